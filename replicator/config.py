@@ -1,0 +1,203 @@
+"""The job file (``conf/*.yaml``): pydantic models and a loader whose errors name the file and the key."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+OnError = Literal["dead_letter", "fail"]
+SchemaPolicy = Literal["lenient", "evolve", "ignore", "fail"]
+
+
+class ConfigError(ValueError):
+    """A job file that cannot be used; the message names the file, the key path and what was expected."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|seconds?|m|min|minutes?|h|hours?|d|days?)\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str | int | float) -> dt.timedelta:
+    """``"10 seconds"``, ``"500ms"``, ``"7d"`` or a number of seconds -> timedelta."""
+    if isinstance(text, int | float):
+        return dt.timedelta(seconds=float(text))
+    match = _DURATION.match(str(text))
+    if not match:
+        raise ValueError(f"expected a duration like '10 seconds', '500ms' or '7 days', got {text!r}")
+    number, unit = float(match.group(1)), match.group(2)
+    key = unit if unit in _UNIT_SECONDS else unit[0]
+    return dt.timedelta(seconds=number * _UNIT_SECONDS[key])
+
+
+Duration = Annotated[dt.timedelta, Field()]
+
+
+class KafkaOptions(_Model):
+    bootstrap_servers: str
+    topics: list[str] = Field(default_factory=list)
+    topic_pattern: str | None = None
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = 100_000
+    fail_on_data_loss: bool = True
+    options: dict[str, str] = Field(default_factory=dict, description="extra kafka.* / source options")
+
+    @model_validator(mode="after")
+    def _one_subscription(self) -> KafkaOptions:
+        if bool(self.topics) == bool(self.topic_pattern):
+            raise ValueError("set exactly one of 'topics' or 'topic_pattern'")
+        return self
+
+
+class SourceConfig(_Model):
+    type: Literal["files", "kafka"] = "files"
+    path: Path | None = None
+    dialect: str = "auto"
+    timezone: str = "UTC"
+    max_files_per_trigger: int | None = Field(default=None, ge=1)
+    zero_dates: Literal["null", "dead_letter"] = "null"
+    avro_schema: Path | None = None
+    kafka: KafkaOptions | None = None
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown time zone {value!r} (expected an IANA name like 'Asia/Shanghai')") from exc
+        return value
+
+    @field_validator("dialect")
+    @classmethod
+    def _known_dialect(cls, value: str) -> str:
+        from replicator.dialects import dialect_names
+
+        names = dialect_names()
+        if value != "auto" and value not in names:
+            raise ValueError(f"unknown dialect {value!r}; expected 'auto' or one of {', '.join(names)}")
+        return value
+
+    @model_validator(mode="after")
+    def _source_location(self) -> SourceConfig:
+        if self.type == "files" and self.path is None:
+            raise ValueError("a files source needs 'path'")
+        if self.type == "kafka" and self.kafka is None:
+            raise ValueError("a kafka source needs a 'kafka' section (bootstrap_servers, topics)")
+        return self
+
+
+class TargetConfig(_Model):
+    path: Path
+    writer: Literal["delta-rs", "delta-spark"] = "delta-rs"
+
+
+class StateConfig(_Model):
+    path: Path
+
+
+class TriggerConfig(_Model):
+    interval: dt.timedelta = dt.timedelta(seconds=10)
+
+    @field_validator("interval", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> dt.timedelta:
+        return value if isinstance(value, dt.timedelta) else parse_duration(value)
+
+
+class TombstoneConfig(_Model):
+    retention: dt.timedelta = dt.timedelta(days=7)
+
+    @field_validator("retention", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> dt.timedelta:
+        return value if isinstance(value, dt.timedelta) else parse_duration(value)
+
+
+class ChangelogConfig(_Model):
+    enabled: bool = True
+
+
+class TablesConfig(_Model):
+    include: list[str] = Field(default_factory=lambda: ["*"])
+    exclude: list[str] = Field(default_factory=list)
+
+
+class SparkConfig(_Model):
+    master: str | None = None
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class JobConfig(_Model):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    source: SourceConfig
+    target: TargetConfig
+    state: StateConfig
+    trigger: TriggerConfig = TriggerConfig()
+    on_error: OnError = "dead_letter"
+    schema_evolution: SchemaPolicy = "lenient"
+    tables: TablesConfig = TablesConfig()
+    changelog: ChangelogConfig = ChangelogConfig()
+    tombstones: TombstoneConfig = TombstoneConfig()
+    spark: SparkConfig = SparkConfig()
+    config_file: Path | None = Field(default=None, exclude=True)
+
+    def resolved(self, base: Path) -> JobConfig:
+        """Resolve relative paths against ``base`` (the job file's folder)."""
+
+        def fix(path: Path | None) -> Path | None:
+            return None if path is None else (path if path.is_absolute() else (base / path).resolve())
+
+        source = self.source.model_copy(
+            update={"path": fix(self.source.path), "avro_schema": fix(self.source.avro_schema)}
+        )
+        return self.model_copy(
+            update={
+                "source": source,
+                "target": self.target.model_copy(update={"path": fix(self.target.path)}),
+                "state": self.state.model_copy(update={"path": fix(self.state.path)}),
+            }
+        )
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "(top level)"
+
+
+def parse_config(data: Any, source: str = "<config>", base: Path | None = None) -> JobConfig:
+    """Validate an already-loaded mapping. ``source`` names the file in error messages."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of keys (name, source, target, state), got {data!r}")
+    try:
+        config = JobConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{source}: invalid job file"]
+        for err in exc.errors():
+            got = "" if err["type"] == "missing" else f" (got {err.get('input')!r})"
+            lines.append(f"  {_key_path(err['loc'])}: {err['msg']}{got}")
+        raise ConfigError("\n".join(lines)) from None
+    return config.resolved(base or Path.cwd())
+
+
+def load_config(path: str | Path) -> JobConfig:
+    """Read and validate a job file; relative paths resolve against its folder."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read job file: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{file}: not valid YAML: {exc}") from None
+    config = parse_config(data, str(file), file.resolve().parent)
+    return config.model_copy(update={"config_file": file.resolve()})

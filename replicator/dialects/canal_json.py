@@ -1,0 +1,187 @@
+"""canal-json: Alibaba canal's FlatMessage (seed 002; seed 004 "Canal Json").
+
+One message holds 1..n rows of one table: ``data`` (after images; for DELETE the deleted rows) and, for
+UPDATE, ``old`` holding only the changed columns' previous values (canal MQMessageUtils). All values are
+JSON strings, NULL is JSON null. Binary columns carry their bytes as ISO-8859-1 text (canal
+LogEventConvert; notes/ENCODINGS.md §1). Order: ``es`` (binlog execute time, ms) then ``id``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from replicator.dialects.base import Dialect, epoch_to_timestamp, finish, first_error, seq_tail
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+MESSAGE_SCHEMA = (
+    "data ARRAY<MAP<STRING, STRING>>, old ARRAY<MAP<STRING, STRING>>, database STRING, `table` STRING, "
+    "pkNames ARRAY<STRING>, isDdl BOOLEAN, type STRING, es BIGINT, ts BIGINT, id BIGINT, `sql` STRING, "
+    "sqlType MAP<STRING, INT>, mysqlType MAP<STRING, STRING>, gtid STRING, tableChanges STRING"
+)
+
+DDL_KINDS = ("CREATE", "ALTER", "ERASE", "RENAME", "TRUNCATE", "CINDEX", "DINDEX", "QUERY", "INIT_DDL")
+BINARY_TYPE = r"(?i)^\s*(binary|varbinary|tinyblob|blob|mediumblob|longblob)\b"
+
+
+def binary_as_hex(image: Column, types: Column) -> Column:
+    """Canal's ISO-8859-1 byte text -> canonical hex, for columns whose mysqlType is binary."""
+    from pyspark.sql import functions as F
+
+    return F.transform_values(
+        image,
+        lambda k, v: F.when(
+            F.coalesce(types[k].rlike(BINARY_TYPE), F.lit(False)) & v.isNotNull(),
+            F.lower(F.hex(F.encode(v, "ISO-8859-1"))),
+        ).otherwise(v),
+    )
+
+
+def overlay(base: Column, changed: Column) -> Column:
+    """``base`` with the keys of ``changed`` replacing its values (NULL values included)."""
+    from pyspark.sql import functions as F
+
+    return F.when(changed.isNull(), base).otherwise(
+        F.map_from_entries(
+            F.concat(
+                F.filter(F.map_entries(base), lambda e: ~F.map_contains_key(changed, e["key"])),
+                F.map_entries(changed),
+            )
+        )
+    )
+
+
+class CanalJson(Dialect):
+    name = "canal-json"
+    required_keys: ClassVar[frozenset[str]] = frozenset({"database", "table", "type", "isDdl"})
+    any_keys: ClassVar[frozenset[str]] = frozenset({"data", "sql", "es", "pkNames"})
+    # DRS JSON reuses canal's keys with other meanings (delete image in `old`, epoch timestamps).
+    forbidden_keys: ClassVar[frozenset[str]] = frozenset(
+        {"jobId", "shardId", "eventId", "columnType", "opType", "dbType"}
+    )
+    ambiguous_with: ClassVar[frozenset[str]] = frozenset({"drs-json", "drs-json-c"})
+    message_schema: ClassVar[str] = MESSAGE_SCHEMA
+    # Values of `type` that are rows, mapped to contract ops.
+    row_ops: ClassVar[dict[str, str]] = {
+        "INSERT": "insert", "UPDATE": "update", "DELETE": "delete", "INIT": "snapshot",
+    }
+    # Messages that carry no change (TiCDC watermarks): counted as filtered.
+    ignored_types: ClassVar[tuple[str, ...]] = ("TIDB_WATERMARK",)
+    delete_image: ClassVar[str] = "data"  # DRS JSON puts the deleted row in `old`
+
+    def disambiguate(self, message: Column, keys: Column) -> Column:
+        """Canal, never DRS: a parameterised mysqlType (``int(11)``; DRS writes bare names, seed 003), a
+        canal DDL type (CREATE, ALTER, ...; DRS writes ``DDL``), or a ``gtid``/``_tidb`` key."""
+        from pyspark.sql import functions as F
+
+        head = F.from_json(message, "mysqlType MAP<STRING, STRING>, type STRING")
+        parameterised = F.exists(F.map_values(head["mysqlType"]), lambda t: t.contains("("))
+        canal_ddl = F.upper(head["type"]).isin(*[k for k in DDL_KINDS if k != "INIT_DDL"])
+        return (
+            F.coalesce(parameterised, F.lit(False))
+            | F.coalesce(canal_ddl, F.lit(False))
+            | F.array_contains(keys, "gtid")
+            | F.array_contains(keys, "_tidb")
+        )
+
+    # ---- hooks for look-alike formats (DRS JSON, CKafka DDL) ---------------------------------------------
+    def source_types(self, m: Column) -> Column:
+        from pyspark.sql import functions as F
+
+        jdbc = F.transform_values(m["sqlType"], lambda k, v: F.concat(F.lit("jdbc:"), v.cast("string")))
+        return F.map_concat(F.coalesce(jdbc, F.create_map()), F.coalesce(m["mysqlType"], F.create_map()))
+
+    def normalize(self, image: Column, types: Column) -> Column:
+        return binary_as_hex(image, types)
+
+    def position(self, m: Column) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.coalesce(m["gtid"], F.format_string("es=%d id=%d", m["es"], m["id"]))
+
+    def order_key(self, m: Column) -> list[Column]:
+        """The dialect's part of ``seq`` (ARCHITECTURE.md: es then id)."""
+        from pyspark.sql import functions as F
+
+        es = m["es"]
+        es_ms = F.when(F.abs(es) < F.lit(100_000_000_000), es * 1000).otherwise(es)
+        return [F.coalesce(es_ms, F.lit(0)), F.coalesce(m["id"], F.lit(0))]
+
+    def meta(self, m: Column) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.create_map(F.lit("ts"), m["ts"].cast("string"))
+
+    # ---- decoding ----------------------------------------------------------------------------------------
+    def decode_messages(self, messages: DataFrame) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        parsed = messages.select(
+            "raw", "batch_id", "coordinates", F.from_json("message", self.message_schema).alias("m")
+        )
+        m = F.col("m")
+        kind = F.upper(m["type"])
+        is_ddl = F.coalesce(m["isDdl"], F.lit(False)) | kind.isin(*DDL_KINDS)
+        op_map = F.create_map(*[x for k, v in self.row_ops.items() for x in (F.lit(k), F.lit(v))])
+        op = (
+            F.when(kind.isin(*self.ignored_types), F.lit("filtered"))
+            .when(is_ddl & (kind == "TRUNCATE"), F.lit("truncate"))
+            .when(is_ddl, F.lit("ddl"))
+            .otherwise(op_map[kind])
+        )
+        is_dml = ~is_ddl & ~kind.isin(*self.ignored_types)
+        rows = F.when(is_dml & (F.size(m["data"]) > 0), m["data"]).otherwise(F.array(F.lit(None)))
+        staged = parsed.select(
+            "raw", "batch_id", "coordinates", "m",
+            op.alias("op"), kind.alias("kind"), is_dml.alias("is_dml"),
+            F.posexplode(rows).alias("row_index", "image"),
+        )
+        types = self.source_types(m)
+        image = self.normalize(F.col("image"), types)
+        old_row = self.normalize(F.col("m.old")[F.col("row_index")], types)
+        delete_row = image if self.delete_image == "data" else old_row
+        op_c = F.col("op")
+        after = F.when(op_c.isin("insert", "update", "snapshot"), image)
+        before = F.when(op_c == "update", overlay(image, old_row)).when(op_c == "delete", delete_row)
+        pk = F.array_distinct(F.coalesce(m["pkNames"], F.array().cast("array<string>")))
+        key_image = F.coalesce(after, before)
+        error = first_error(
+            (F.col("m").isNull() | F.col("kind").isNull(), "wrong shape: no 'type' in the message"),
+            (op_c.isNull(), F.concat(F.lit("unknown op type "), F.to_json(F.array(F.col("kind"))))),
+            (op_c == "filtered", F.lit(None).cast("string")),
+            (F.coalesce(m["database"], F.lit("")) == "", "missing database"),
+            (
+                (F.coalesce(m["table"], F.lit("")) == "") & (F.col("is_dml") | (op_c == "truncate")),
+                "missing table",
+            ),
+            (F.col("is_dml") & F.col("image").isNull(), "no rows in 'data'"),
+            (F.col("is_dml") & (F.size(pk) == 0), "missing primary key (pkNames is empty)"),
+            (F.col("is_dml") & (op_c == "delete") & delete_row.isNull(), "no image of the deleted row"),
+            (
+                F.col("is_dml") & F.exists(pk, lambda k: key_image[k].isNull()),
+                F.concat(F.lit("NULL or absent primary key column in "), F.to_json(pk)),
+            ),
+        )
+        return finish(
+            staged.select(
+                F.lit(self.name).alias("dialect"),
+                m["database"].alias("database"),
+                F.when(F.col("m.table") != "", m["table"]).alias("table"),
+                op_c.alias("op"),
+                F.when(is_ddl, F.col("kind")).alias("ddl_kind"),
+                F.when(is_ddl, m["sql"]).alias("ddl_sql"),
+                F.when(is_ddl, m["tableChanges"]).alias("table_changes"),
+                pk.alias("primary_key"),
+                after.alias("after"),
+                before.alias("before"),
+                types.alias("source_types"),
+                F.array(*self.order_key(m), *seq_tail(F.col("row_index"))).alias("seq"),
+                epoch_to_timestamp(m["es"]).alias("event_time"),
+                self.position(m).alias("position"),
+                self.meta(m).alias("meta"),
+                F.col("coordinates").withField("row", F.col("row_index").cast("int")).alias("coordinates"),
+                error.alias("error"),
+                F.when(error.isNotNull(), F.col("raw")).alias("raw"),
+            )
+        )

@@ -1,0 +1,58 @@
+"""The SparkSession: an embedded local default that spark-submit settings override."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from replicator.config import JobConfig
+
+# Small, quiet, local defaults; anything set by spark-submit or the job file wins.
+LOCAL_DEFAULTS: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+    "spark.driver.memory": "4g",
+    "spark.sql.adaptive.enabled": "true",
+}
+# Settings the engine relies on, whatever the deployment says.
+REQUIRED: dict[str, str] = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+}
+
+
+def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> SparkSession:
+    """Return the active session or build one.
+
+    Under ``spark-submit`` (``SPARK_SUBMIT`` style launch, a master already set) only the required settings
+    are applied; embedded, the local defaults are used with ``local[*]``.
+    """
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
+    active = SparkSession.getActiveSession()
+    builder = SparkSession.builder.appName(config.name if config else app_name)
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ or active is not None
+    if not submitted:
+        master = (config.spark.master if config else None) or os.environ.get("REPLICATOR_SPARK_MASTER")
+        builder = builder.master(master or "local[*]")
+        for key, value in LOCAL_DEFAULTS.items():
+            builder = builder.config(key, value)
+    if config:
+        for key, value in config.spark.conf.items():
+            builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    for key, value in REQUIRED.items():
+        spark.conf.set(key, value)
+    if not submitted:
+        spark.sparkContext.setLogLevel("ERROR")
+    return spark

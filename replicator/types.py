@@ -1,0 +1,253 @@
+"""Source column types -> Delta (Arrow) types, and canonical value text -> typed Arrow arrays.
+
+Dialects normalise every value to *canonical text* in Spark (docs/dialects.md, "Canonical values"):
+integers and decimals as plain decimal text, floats as text ``float()`` reads, booleans as
+true/false/t/f/1/0, dates ``YYYY-MM-DD``, times of day as text, DATETIME as wall-clock text
+``YYYY-MM-DD HH:MM:SS[.ffffff]``, TIMESTAMP as ISO text with an offset or as wall-clock text in
+``source.timezone``, binary as hex. Parsing here is strict: a value that does not fit its column is
+reported with its row index and never becomes NULL.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+# Unsigned integers widen to the next signed type (Delta has no unsigned types).
+_INTS = {
+    "tinyint": (pa.int8(), pa.int16()),
+    "int1": (pa.int8(), pa.int16()),
+    "smallint": (pa.int16(), pa.int32()),
+    "int2": (pa.int16(), pa.int32()),
+    "smallserial": (pa.int16(), pa.int32()),
+    "mediumint": (pa.int32(), pa.int32()),
+    "int": (pa.int32(), pa.int64()),
+    "integer": (pa.int32(), pa.int64()),
+    "int4": (pa.int32(), pa.int64()),
+    "serial": (pa.int32(), pa.int64()),
+    "bigint": (pa.int64(), pa.decimal128(20, 0)),
+    "int8": (pa.int64(), pa.decimal128(20, 0)),
+    "bigserial": (pa.int64(), pa.decimal128(20, 0)),
+    "long": (pa.int64(), pa.decimal128(20, 0)),
+}
+_DECIMALS = {"decimal", "numeric", "number", "dec", "fixed"}
+_FLOATS = {"float", "double", "real", "float4", "float8", "double precision", "binary_float", "binary_double",
+           "smallmoney"}
+_BOOLS = {"bool", "boolean"}
+_BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "bytea", "raw", "long raw",
+           "image", "bfile", "varbinary(max)"}
+_STRINGS = {"char", "varchar", "nchar", "nvarchar", "varchar2", "nvarchar2", "text", "tinytext", "mediumtext",
+            "longtext", "ntext", "clob", "nclob", "long", "string", "enum", "set", "json", "jsonb", "uuid",
+            "uniqueidentifier", "xml", "character", "character varying", "bpchar", "name", "citext", "inet",
+            "cidr", "macaddr", "macaddr8", "interval", "time", "timetz", "time without time zone",
+            "time with time zone", "int4range", "int8range", "numrange", "tsrange", "tstzrange", "daterange",
+            "tsvector", "tsquery", "point", "line", "lseg", "box", "path", "polygon", "circle", "geometry",
+            "geography", "hierarchyid", "sql_variant", "rowid", "urowid", "money", "bit varying", "varbit",
+            "oid", "array", "other"}
+_DATES = {"date"}
+_NTZ = {"datetime", "datetime2", "smalldatetime", "timestamp without time zone", "timestamp_ntz"}
+# MySQL TIMESTAMP is an instant (UTC in the binlog); PostgreSQL/Oracle name their instants explicitly.
+_TZ = {"timestamp", "timestamptz", "timestamp with time zone", "datetimeoffset", "timestamp with local time zone",
+       "timestamp_ltz"}
+
+# java.sql.Types codes (seed 004's table) for columns that arrive without a type name.
+JDBC_TYPES: dict[int, pa.DataType] = {
+    -7: pa.bool_(), 16: pa.bool_(), -6: pa.int8(), 5: pa.int16(), 4: pa.int32(), -5: pa.int64(),
+    6: pa.float64(), 7: pa.float64(), 8: pa.float64(), 2: pa.string(), 3: pa.string(),
+    1: pa.string(), 12: pa.string(), -1: pa.string(), -9: pa.string(), -15: pa.string(), -16: pa.string(),
+    2005: pa.string(), 2011: pa.string(), 1111: pa.string(), 2000: pa.string(), 2003: pa.string(),
+    91: pa.date32(), 92: pa.string(), 93: pa.timestamp("us"), 2014: pa.timestamp("us", tz="UTC"),
+    2013: pa.string(), -2: pa.binary(), -3: pa.binary(), -4: pa.binary(), 2004: pa.binary(),
+}
+
+_TYPE_RE = re.compile(
+    r"^\s*(?P<base>[a-z_][a-z0-9_ ]*)\s*(?:\((?P<params>[^)]*)\))?\s*(?P<rest>[a-z ]*?)\s*(?P<array>\[\])?\s*$"
+)
+
+
+class UnknownType(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """A parsed source type: the Delta/Arrow type and whether it was recognised."""
+
+    arrow: pa.DataType
+    known: bool = True
+
+
+@lru_cache(maxsize=4096)
+def column_type(source_type: str | None) -> ColumnType:
+    """Map source type text (MySQL, PostgreSQL/GaussDB, Oracle, SQL Server) or ``jdbc:<code>`` to Arrow.
+
+    Unknown types map to string (the text is kept verbatim) with ``known=False`` so callers can warn.
+
+    Example:
+        >>> column_type("int(10) unsigned").arrow
+        DataType(int64)
+        >>> column_type("decimal(12,2)").arrow
+        Decimal128Type(decimal128(12, 2))
+    """
+    if source_type is None or not str(source_type).strip():
+        return ColumnType(pa.string(), known=False)
+    text = str(source_type).strip().lower()
+    if text.startswith("jdbc:"):
+        try:
+            return ColumnType(JDBC_TYPES[int(text[5:])])
+        except (KeyError, ValueError):
+            return ColumnType(pa.string(), known=False)
+    match = _TYPE_RE.match(text)
+    if not match:
+        return ColumnType(pa.string(), known=False)
+    base, params, rest = match.group("base").strip(), match.group("params"), match.group("rest") or ""
+    if match.group("array") or base.startswith("_"):
+        return ColumnType(pa.string())  # PG arrays keep their text form
+    base = base.removesuffix(" zerofill").strip()
+    unsigned = "unsigned" in rest or base.endswith(" unsigned")
+    base = base.removesuffix(" unsigned").strip()
+    # "timestamp(6) without time zone": the zone words follow the parameters.
+    if rest.strip() in {"without time zone", "with time zone", "with local time zone"}:
+        base = f"{base} {rest.strip()}"
+    args = [p.strip() for p in params.split(",")] if params else []
+
+    if base in _INTS:
+        signed, widened = _INTS[base]
+        return ColumnType(widened if unsigned else signed)
+    if base in _DECIMALS:
+        if not args or not args[0].isdigit():
+            return ColumnType(pa.string())  # unconstrained precision: exact text
+        precision = int(args[0])
+        scale = int(args[1]) if len(args) > 1 and args[1].lstrip("-").isdigit() else 0
+        if precision > 38 or scale < 0 or scale > precision:
+            return ColumnType(pa.string())
+        return ColumnType(pa.decimal128(precision, scale))
+    if base in _FLOATS:
+        return ColumnType(pa.float64())
+    if base in _BOOLS:
+        return ColumnType(pa.bool_())
+    if base == "bit":
+        width = int(args[0]) if args and args[0].isdigit() else 1
+        if width == 1:
+            return ColumnType(pa.bool_())
+        return ColumnType(pa.int64() if width < 64 else pa.decimal128(20, 0))
+    if base == "year":
+        return ColumnType(pa.int16())
+    if base in _DATES:
+        return ColumnType(pa.date32())
+    if base in _NTZ:
+        return ColumnType(pa.timestamp("us"))
+    if base in _TZ:
+        return ColumnType(pa.timestamp("us", tz="UTC"))
+    if base in _BINARY:
+        return ColumnType(pa.binary())
+    if base in _STRINGS:
+        return ColumnType(pa.string())
+    return ColumnType(pa.string(), known=False)
+
+
+def arrow_type(source_type: str | None) -> pa.DataType:
+    return column_type(source_type).arrow
+
+
+# ---- canonical text -> Arrow ----------------------------------------------------------------------------
+
+_OFFSET = r"(Z|z|[+-]\d{2}(:?\d{2})?)$"
+_ZERO_DATE = r"^0000-00-00"
+_TRUE = {"true", "t", "1", "yes", "y", "on"}
+_FALSE = {"false", "f", "0", "no", "n", "off"}
+
+
+@dataclass(frozen=True)
+class ValueError_:
+    row: int
+    message: str
+
+
+def _scalar_ok(value: str, convert) -> bool:  # type: ignore[no-untyped-def]
+    try:
+        convert(pa.array([value], pa.string()))
+        return True
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError, OverflowError):
+        return False
+
+
+def _convert(values: pa.Array, convert, target: pa.DataType) -> tuple[pa.Array, list[int]]:  # type: ignore[no-untyped-def]
+    """Vectorized conversion; on failure, locate the bad rows one by one and convert the rest."""
+    try:
+        return convert(values), []
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError, OverflowError):
+        pass
+    items = values.to_pylist()
+    bad = [i for i, v in enumerate(items) if v is not None and not _scalar_ok(v, convert)]
+    bad_set = set(bad)
+    cleaned = pa.array([None if i in bad_set else v for i, v in enumerate(items)], pa.string())
+    return convert(cleaned), bad
+
+
+def _to_bool(values: pa.Array) -> pa.Array:
+    lowered = pc.utf8_lower(pc.utf8_trim_whitespace(values))
+    is_true = pc.is_in(lowered, value_set=pa.array(sorted(_TRUE)))
+    is_false = pc.is_in(lowered, value_set=pa.array(sorted(_FALSE)))
+    if not pc.all(pc.or_kleene(pc.or_kleene(is_true, is_false), pc.is_null(values))).as_py():
+        raise ValueError("not a boolean")
+    return pc.if_else(pc.is_null(values), pa.scalar(None, pa.bool_()), is_true)
+
+
+def _to_binary(values: pa.Array) -> pa.Array:
+    return pa.array([None if v is None else bytes.fromhex(v) for v in values.to_pylist()], pa.binary())
+
+
+def _to_timestamp_tz(values: pa.Array, timezone: str) -> pa.Array:
+    target = pa.timestamp("us", tz="UTC")
+    has_offset = pc.match_substring_regex(values, _OFFSET)
+    with_offset = pc.cast(pc.if_else(has_offset, values, pa.scalar(None, pa.string())), target)
+    local = pc.cast(pc.if_else(has_offset, pa.scalar(None, pa.string()), values), pa.timestamp("us"))
+    zoned = pc.assume_timezone(local, timezone=timezone, ambiguous="earliest", nonexistent="earliest")
+    return pc.if_else(has_offset, with_offset, pc.cast(zoned, target))
+
+
+def parse_values(
+    values: pa.Array,
+    target: pa.DataType,
+    *,
+    timezone: str = "UTC",
+    zero_dates: str = "null",
+) -> tuple[pa.Array, list[ValueError_]]:
+    """Canonical text -> ``target``. Returns the typed array and the rows whose value does not fit."""
+    values = values.cast(pa.string()) if values.type != pa.string() else values
+    if pa.types.is_string(target) or pa.types.is_large_string(target):
+        return values, []
+    errors: list[ValueError_] = []
+    if pa.types.is_date(target) or pa.types.is_timestamp(target):
+        zero = pc.fill_null(pc.match_substring_regex(values, _ZERO_DATE), False)
+        if pc.any(zero).as_py():
+            if zero_dates == "dead_letter":
+                errors.extend(
+                    ValueError_(i, "zero date (source.zero_dates: dead_letter)")
+                    for i, z in enumerate(zero.to_pylist())
+                    if z
+                )
+            values = pc.if_else(zero, pa.scalar(None, pa.string()), values)
+        if pa.types.is_timestamp(target):
+            values = pc.replace_substring_regex(values, r"^(\d{4}-\d{2}-\d{2})T", r"\1 ")
+
+    if pa.types.is_boolean(target):
+        convert = _to_bool
+    elif pa.types.is_binary(target):
+        convert = _to_binary
+    elif pa.types.is_timestamp(target) and target.tz is not None:
+        def convert(v: pa.Array) -> pa.Array:
+            return _to_timestamp_tz(v, timezone)
+    else:
+        def convert(v: pa.Array) -> pa.Array:
+            return pc.cast(pc.utf8_trim_whitespace(v), target, safe=True)
+
+    typed, bad = _convert(values, convert, target)
+    items = values.to_pylist() if bad else []
+    errors.extend(ValueError_(i, f"value {items[i]!r} does not fit {target}") for i in bad)
+    return typed, errors

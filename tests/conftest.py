@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("REPLICATOR_SHARED", REPO.parent / "shared"))
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for the whole run (2 threads, few shuffle partitions)."""
+    os.environ.setdefault("REPLICATOR_SPARK_MASTER", "local[2]")
+    from replicator.spark import get_spark
+
+    session = get_spark()
+    session.conf.set("spark.sql.shuffle.partitions", "2")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    if not SHARED.exists():
+        pytest.fail(f"the shared/ folder with seeds, vectors and schemas is expected at {SHARED}")
+    return SHARED

@@ -1,0 +1,58 @@
+"""Golden-file harness: ``tests/fixtures/<dialect>/<case>.(json|jsonl|b64)`` with ``<case>.expected.json``.
+
+Each expected file holds the list of decoded events (replicator.inspect.event_records) of its input. A
+fixture folder is decoded in one Spark job per (folder, dialect) and split by file, to keep the suite fast.
+``REPLICATOR_REGOLD=1`` writes missing expected files from the current output: review them by hand
+against the vendor document before committing; a golden file is a claim about the format.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from replicator.dialects import DecodeOptions
+from replicator.inspect import FIELDS, decode_path, event_records
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+INPUT_SUFFIXES = (".json", ".jsonl", ".b64")
+
+
+def cases(folder: str) -> list[Path]:
+    root = FIXTURES / folder
+    if not root.exists():
+        return []
+    return sorted(
+        p for p in root.iterdir()
+        if p.suffix in INPUT_SUFFIXES and not p.name.endswith(".expected.json") and not p.name.startswith("_")
+    )
+
+
+def params(folder: str) -> list:
+    return [pytest.param(p, id=p.stem) for p in cases(folder)]
+
+
+@cache
+def _decoded_folder(spark, folder: Path, dialect: str, options: DecodeOptions | None) -> dict[str, list[dict]]:
+    records = event_records(decode_path(spark, folder, dialect, options), (*FIELDS, "coordinates"))
+    by_file: dict[str, list[dict]] = {}
+    for record in records:
+        source = record.pop("coordinates")["source"]
+        by_file.setdefault(Path(source.removeprefix("file:")).name, []).append(record)
+    return by_file
+
+
+def check_golden(spark, case: Path, dialect: str, options: DecodeOptions | None = None) -> list[dict]:
+    expected_file = case.with_name(case.name.rsplit(".", 1)[0] + ".expected.json")
+    actual = _decoded_folder(spark, case.parent, dialect, options).get(case.name, [])
+    if not expected_file.exists():
+        if os.environ.get("REPLICATOR_REGOLD") == "1":
+            expected_file.write_text(json.dumps(actual, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        pytest.fail(f"no expected file {expected_file.name} for {case.name}")
+    expected = json.loads(expected_file.read_text(encoding="utf-8"))
+    assert actual == expected
+    return actual
