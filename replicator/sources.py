@@ -9,8 +9,9 @@ if TYPE_CHECKING:
 
     from replicator.config import JobConfig, KafkaOptions
 
-# *.jsonl: one message per line; *.json: one document (a message or an array); *.avro: Avro records,
-# one per line as base64 (see docs/configuration.md) for the Avro dialect.
+# *.jsonl: one message per line; *.json: one document (a message or an array of messages);
+# *.avro: one Avro object container file (a record of its own); *.b64: one base64 Avro datum per line
+# (a dump of Kafka values). See docs/configuration.md.
 FILE_GLOB = "*.{json,jsonl,avro,b64}"
 
 
@@ -22,8 +23,9 @@ def file_records(files: DataFrame) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
-    whole = F.col("path").endswith(".json")
+    whole = F.col("path").endswith(".json") | F.col("path").endswith(".avro")
     lines = F.when(whole, F.array(F.col("text"))).otherwise(F.split(F.col("text"), "\n"))
+    base64_lines = F.col("path").endswith(".b64")
     return (
         files.select(
             "path",
@@ -31,9 +33,12 @@ def file_records(files: DataFrame) -> DataFrame:
             F.decode("content", "ISO-8859-1").alias("text"),
         )
         .select("path", "mtime", F.posexplode(lines).alias("line", "body"))
-        .where(F.trim(F.regexp_replace("body", "\r$", "")) != "")
+        .where(F.col("path").endswith(".avro") | (F.trim(F.regexp_replace("body", "\r$", "")) != ""))
         .select(
-            F.encode(F.regexp_replace("body", "\r$", ""), "ISO-8859-1").alias("raw"),
+            F.when(base64_lines, F.unbase64(F.trim(F.col("body"))))
+            .when(F.col("path").endswith(".avro"), F.encode(F.col("body"), "ISO-8859-1"))
+            .otherwise(F.encode(F.regexp_replace("body", "\r$", ""), "ISO-8859-1"))
+            .alias("raw"),
             F.struct(
                 F.col("path").alias("source"),
                 F.col("mtime").alias("partition"),
