@@ -128,8 +128,27 @@ class ChangelogConfig(_Model):
 
 
 class TablesConfig(_Model):
-    include: list[str] = Field(default_factory=lambda: ["*"])
-    exclude: list[str] = Field(default_factory=list)
+    include: list[str] = Field(default_factory=lambda: ["*"], description="globs on database.table")
+    exclude: list[str] = Field(default_factory=list, description="globs on database.table")
+    keys: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="glob on database.table -> primary key columns, for formats whose messages carry none",
+    )
+
+    def selected(self, name: str) -> bool:
+        from fnmatch import fnmatchcase
+
+        return any(fnmatchcase(name, p) for p in self.include) and not any(
+            fnmatchcase(name, p) for p in self.exclude
+        )
+
+    def key_for(self, name: str) -> list[str] | None:
+        from fnmatch import fnmatchcase
+
+        for pattern, key in self.keys.items():
+            if fnmatchcase(name, pattern):
+                return key
+        return None
 
 
 class SparkConfig(_Model):

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 # *.avro: one Avro object container file (a record of its own); *.b64: one base64 Avro datum per line
 # (a dump of Kafka values). See docs/configuration.md.
 FILE_GLOB = "*.{json,jsonl,avro,b64}"
+BINARY_FILE_SCHEMA = "path STRING, modificationTime TIMESTAMP, length BIGINT, content BINARY"
 
 
 def file_records(files: DataFrame) -> DataFrame:
@@ -51,7 +52,7 @@ def file_records(files: DataFrame) -> DataFrame:
 
 
 def files_stream(spark: SparkSession, config: JobConfig) -> DataFrame:
-    reader = spark.readStream.format("binaryFile").option("pathGlobFilter", FILE_GLOB)
+    reader = spark.readStream.format("binaryFile").schema(BINARY_FILE_SCHEMA).option("pathGlobFilter", FILE_GLOB)
     reader = reader.option("recursiveFileLookup", "true")
     if config.source.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(config.source.max_files_per_trigger))

@@ -27,6 +27,8 @@ LOCAL_DEFAULTS: dict[str, str] = {
 REQUIRED: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+    # The change log's Parquet files are committed to Delta, which reads microsecond timestamps.
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 
 

@@ -1,0 +1,43 @@
+# replicator: `make demo` and `make test` are the whole set-up (Python 3.11+, Java 17+).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test test-fast lint format bench soak clean
+
+install: $(STAMP) ## create .venv with the `replicator` command and the dev tools
+
+# Re-runs only when pyproject.toml changes; pyspark (~450 MB) is downloaded once and cached by pip.
+$(STAMP): pyproject.toml
+	@command -v java >/dev/null || { echo "Java 17+ is required by Spark (java not found on PATH)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: install ## mirror the bundled canal-json samples and print the tables
+	rm -rf demo-out
+	$(BIN)/replicator mirror --config conf/demo.yaml --available-now
+	$(BIN)/replicator show --config conf/demo.yaml
+	$(BIN)/replicator status --config conf/demo.yaml
+
+test: install ## the whole test suite (real Spark, real Delta tables)
+	$(BIN)/python -m pytest -q
+
+test-fast: install ## skip the slow (subprocess / crash) tests
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: install
+	$(BIN)/ruff check replicator tests benchmarks jobs
+	$(BIN)/ruff format --check replicator tests benchmarks jobs
+
+format: install
+	$(BIN)/ruff format replicator tests benchmarks jobs
+	$(BIN)/ruff check --fix replicator tests benchmarks jobs
+
+bench: install ## throughput benchmark, results go to docs/performance.md by hand
+	$(BIN)/python benchmarks/throughput.py
+
+clean:
+	rm -rf demo-out bench-out .pytest_cache spark-warehouse

@@ -1,0 +1,311 @@
+"""Apply one table's share of a micro-batch to its mirror, on the driver, in Arrow.
+
+Per table: segments of folded rows separated by barriers (DDL/TRUNCATE), each segment typed against the
+mirror schema, guarded against tombstones and the table's truncate point, then MERGEd so that only newer
+``_cdc_seq`` wins. The last commit of the table carries the app transaction (job, batch id); a replayed
+batch finds it and skips the table. Every write is also idempotent by sequence on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from replicator.changelog import TableId
+from replicator.documents import PatchError, apply_patches
+from replicator.logging import get_logger
+from replicator.model import CDC_EVENT_TIME, CDC_OP, CDC_POSITION, CDC_SEQ, CDC_COLUMNS
+from replicator.sinks.base import MergeResult, MirrorWriter, Txn, quote
+from replicator.state import State, TableState
+from replicator.types import column_type, parse_values
+
+log = get_logger("replicator.apply")
+
+CDC_FIELDS = [
+    pa.field(CDC_OP, pa.string()),
+    pa.field(CDC_SEQ, pa.string()),
+    pa.field(CDC_EVENT_TIME, pa.timestamp("us", tz="UTC")),
+    pa.field(CDC_POSITION, pa.string()),
+]
+TOMBSTONE_DELETED_AT = "_cdc_deleted_at"
+
+
+@dataclass
+class DeadRow:
+    """An event that could not be applied; the engine fetches its raw record by coordinates."""
+
+    coordinates: dict[str, Any]
+    error: str
+    database: str | None
+    table: str | None
+
+
+@dataclass
+class TableBatch:
+    table: TableId
+    mirror: MirrorWriter
+    rows: pa.Table  # folded rows of this table, all segments
+    barriers: list[dict[str, Any]]  # barrier events of this table in seq order
+    types: dict[str, str]  # column -> latest source type text, in first-seen order
+    state: TableState
+
+
+@dataclass
+class TableResult:
+    table: TableId
+    merged: MergeResult = field(default_factory=MergeResult)
+    dead: list[DeadRow] = field(default_factory=list)
+    state: TableState | None = None
+    skipped: bool = False
+    ddl: list[dict[str, Any]] = field(default_factory=list)
+
+
+BarrierHandler = Callable[["TableApplier", dict[str, Any]], None]
+
+
+def _is_string(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+class TableApplier:
+    """Applies one :class:`TableBatch`. ``on_barrier`` handles DDL events (replicator.schema_changes)."""
+
+    def __init__(
+        self,
+        work: TableBatch,
+        state: State,
+        batch_id: int,
+        *,
+        timezone: str = "UTC",
+        zero_dates: str = "null",
+        on_barrier: BarrierHandler | None = None,
+        add_columns: bool = True,
+    ) -> None:
+        self.work = work
+        self.state = state
+        self.batch_id = batch_id
+        self.timezone = timezone
+        self.zero_dates = zero_dates
+        self.on_barrier = on_barrier
+        self.add_columns = add_columns
+        self.result = TableResult(work.table, state=work.state)
+        self.table_state = work.state
+
+    @property
+    def mirror(self) -> MirrorWriter:
+        return self.work.mirror
+
+    # ---- schema -------------------------------------------------------------------------------------------
+    def data_schema(self) -> pa.Schema:
+        schema = self.mirror.schema()
+        return pa.schema([f for f in schema if f.name not in CDC_COLUMNS])
+
+    def ensure_table(self, columns: Sequence[str]) -> None:
+        """Create the mirror on first sight, typed from the source types; add columns it has not seen."""
+        key = self.table_state.primary_key
+        ordered = [*key, *[c for c in self.work.types if c not in key]]
+        ordered += [c for c in columns if c not in ordered]
+        fields = []
+        for name in ordered:
+            ctype = column_type(self.work.types.get(name))
+            if not ctype.known and name in self.work.types:
+                log.warning("unknown column type kept as string", table=".".join(filter(None, self.work.table)),
+                            column=name, source_type=self.work.types.get(name))
+            fields.append(pa.field(name, ctype.arrow, nullable=name not in key))
+        if not self.mirror.exists():
+            self.mirror.create(pa.schema([*fields, *CDC_FIELDS]))
+            return
+        existing = set(self.mirror.schema().names)
+        missing = [f for f in fields if f.name not in existing]
+        if missing and self.add_columns:
+            self.mirror.add_columns(missing)
+
+    # ---- typing -------------------------------------------------------------------------------------------
+    def typed(self, rows: pa.Table) -> tuple[pa.Table, list[DeadRow]]:
+        """Folded rows -> a table in the mirror's schema; rows with a value that does not fit are dead."""
+        schema = self.mirror.schema()
+        image = rows["image"].combine_chunks() if rows.num_rows else pa.array([], rows.schema.field("image").type)
+        columns: dict[str, pa.Array] = {}
+        bad: dict[int, str] = {}
+        for f in schema:
+            if f.name in CDC_COLUMNS:
+                continue
+            strings = pc.map_lookup(image, pa.scalar(f.name, pa.string()), "first")
+            typed, errors = parse_values(strings, f.type, timezone=self.timezone, zero_dates=self.zero_dates)
+            for err in errors:
+                bad.setdefault(err.row, f"column {f.name!r}: {err.message}")
+            columns[f.name] = typed.cast(f.type) if typed.type != f.type else typed
+        columns[CDC_OP] = rows["op"].combine_chunks()
+        columns[CDC_SEQ] = rows["seq_text"].combine_chunks()
+        columns[CDC_EVENT_TIME] = rows["event_time"].combine_chunks().cast(pa.timestamp("us", tz="UTC"))
+        columns[CDC_POSITION] = rows["position"].combine_chunks()
+        table = pa.Table.from_arrays([columns[f.name] for f in schema], schema=pa.schema(
+            [f.with_type(columns[f.name].type) for f in schema]
+        ))
+        dead = [self._dead(rows, i, msg) for i, msg in sorted(bad.items())]
+        if bad:
+            keep = pa.array([i not in bad for i in range(rows.num_rows)])
+            table = table.filter(keep)
+        return table, dead
+
+    def _dead(self, rows: pa.Table, index: int, message: str) -> DeadRow:
+        coords = rows["coordinates"][index].as_py()
+        database, _schema, name = self.work.table
+        return DeadRow(coords, message, database, name)
+
+    # ---- guards -------------------------------------------------------------------------------------------
+    def _key(self) -> list[str]:
+        return list(self.table_state.primary_key)
+
+    def guard(self, batch: pa.Table) -> pa.Table:
+        """Drop rows not newer than the table's truncate point or than their key's tombstone."""
+        if self.table_state.truncate_seq:
+            batch = batch.filter(pc.greater(batch[CDC_SEQ], pa.scalar(self.table_state.truncate_seq)))
+        tombs = self.state.tombstones(self.work.table)
+        if batch.num_rows == 0 or not tombs.exists():
+            return batch
+        key = self._key()
+        first = pc.unique(batch[key[0]])
+        stored = tombs.read([*key, CDC_SEQ], pc.field(key[0]).isin(first))
+        if stored.num_rows == 0:
+            return batch
+        stored = stored.rename_columns([*key, "_tomb_seq"])
+        joined = batch.join(stored, key, join_type="left outer")
+        newer = pc.or_(pc.is_null(joined["_tomb_seq"]), pc.greater(joined[CDC_SEQ], joined["_tomb_seq"]))
+        return joined.filter(newer).drop_columns(["_tomb_seq"]).select(batch.schema.names)
+
+    def update_tombstones(self, batch: pa.Table) -> None:
+        key = self._key()
+        tombs = self.state.tombstones(self.work.table)
+        source = batch.select([*key, CDC_SEQ, CDC_OP, CDC_EVENT_TIME]).rename_columns(
+            [*key, CDC_SEQ, CDC_OP, TOMBSTONE_DELETED_AT]
+        )
+        deletes = pc.equal(source[CDC_OP], "delete")
+        if not tombs.exists():
+            if not pc.any(deletes).as_py():
+                return
+            tombs.create(source.drop_columns([CDC_OP]).schema)
+        from deltalake import DeltaTable
+
+        on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
+        newer = f"s.{CDC_SEQ} > t.{CDC_SEQ}"
+        (
+            DeltaTable(tombs.path)
+            .merge(source, predicate=on, source_alias="s", target_alias="t")
+            .when_matched_update(
+                updates={CDC_SEQ: f"s.{CDC_SEQ}", TOMBSTONE_DELETED_AT: f"s.{TOMBSTONE_DELETED_AT}"},
+                predicate=f"s.{CDC_OP} = 'delete' AND {newer}",
+            )
+            .when_matched_delete(predicate=f"s.{CDC_OP} <> 'delete' AND {newer}")
+            .when_not_matched_insert(
+                updates={k: f"s.{quote(k)}" for k in [*key, CDC_SEQ, TOMBSTONE_DELETED_AT]},
+                predicate=f"s.{CDC_OP} = 'delete'",
+            )
+            .execute()
+        )
+
+    # ---- document patches ---------------------------------------------------------------------------------
+    def resolve_patches(self, rows: pa.Table) -> tuple[pa.Table, list[DeadRow]]:
+        """Rows whose net change is a chain of document patches get their full document back."""
+        if "has_patches" not in rows.column_names or not pc.any(rows["has_patches"]).as_py():
+            return rows, []
+        records = rows.to_pylist()
+        # Without a full image in this batch, the patches apply to the document stored in the mirror.
+        needs_stored = [r["key"][0] for r in records if r["has_patches"] and r["base_op"] is None]
+        stored: dict[str, str] = {}
+        if needs_stored and self.mirror.exists():
+            found = self.mirror.read(["_id", "document"], pc.field("_id").isin(needs_stored))
+            stored = dict(zip(found["_id"].to_pylist(), found["document"].to_pylist(), strict=True))
+        dead: list[DeadRow] = []
+        keep = []
+        for i, r in enumerate(records):
+            if not r["has_patches"]:
+                keep.append(True)
+                continue
+            image = dict(r["image"] or [])
+            base = image.get("document") if r["base_op"] not in (None, "delete") else None
+            if r["base_op"] is None:
+                base = stored.get(r["key"][0])
+            try:
+                document = apply_patches(base, r["patches"])
+            except (PatchError, ValueError) as exc:
+                dead.append(self._dead(rows, i, f"document patch failed: {exc}"))
+                keep.append(False)
+                continue
+            if document is None:  # nothing to patch: the document is not in the mirror (or was deleted)
+                keep.append(False)
+                continue
+            image["document"] = document
+            r["image"] = list(image.items())
+            keep.append(True)
+        patched = pa.Table.from_pylist(records, rows.schema)
+        return patched.filter(pa.array(keep)), dead
+
+    # ---- the table's batch --------------------------------------------------------------------------------
+    def run(self) -> TableResult:
+        txn = self.state.txn(self.batch_id)
+        if self.mirror.exists():
+            done = self.mirror.applied_version(txn.app_id)
+            if done is not None and done >= self.batch_id:
+                # Already applied (a replayed batch). Its dead rows are recomputed, not written twice:
+                # the dead-letter append carries its own transaction.
+                self.result.skipped = True
+                if self.work.rows.num_rows:
+                    self.result.dead.extend(self.typed(self.resolve_patches(self.work.rows)[0])[1])
+                return self.result
+        rows = self.work.rows
+        segments = max([len(self.work.barriers)] + ([max(rows["segment"].to_pylist()) + 1] if rows.num_rows else [0]))
+        committed = False
+        for segment in range(segments + 1):
+            part = rows.filter(pc.equal(rows["segment"], segment)) if rows.num_rows else rows
+            last_segment = segment >= len(self.work.barriers)
+            if part.num_rows:
+                committed = self.apply_rows(part, txn if last_segment else None) or committed
+            if segment < len(self.work.barriers):
+                self.apply_barrier(self.work.barriers[segment])
+            if last_segment:
+                break
+        if not committed and self.mirror.exists():
+            self.mirror.mark(txn)
+        self.result.state = self.table_state
+        return self.result
+
+    def apply_rows(self, part: pa.Table, txn: Txn | None) -> bool:
+        part, dead = self.resolve_patches(part)
+        self.result.dead.extend(dead)
+        keys = pc.unique(part["image"].combine_chunks().keys).to_pylist() if part.num_rows else []
+        self.ensure_table(keys)
+        typed, dead = self.typed(part)
+        self.result.dead.extend(dead)
+        typed = self.guard(typed)
+        if typed.num_rows == 0:
+            return False
+        merged = self.mirror.merge_guarded(typed, self._key(), CDC_SEQ, CDC_OP, txn)
+        self.result.merged = self.result.merged + merged
+        self.update_tombstones(typed)
+        last = pc.max(typed[CDC_SEQ]).as_py()
+        if last and (self.table_state.last_seq or "") < last:
+            at = pc.index(typed[CDC_SEQ], last).as_py()
+            self.table_state = replace(
+                self.table_state, last_seq=last, last_position=typed[CDC_POSITION][at].as_py(),
+                last_event_time=typed[CDC_EVENT_TIME][at].as_py(),
+            )
+        return txn is not None
+
+    def apply_barrier(self, event: dict[str, Any]) -> None:
+        self.result.ddl.append(event)
+        if self.on_barrier is not None:
+            self.on_barrier(self, event)
+            return
+        log.info("ddl recorded, not applied", table=".".join(filter(None, self.work.table)),
+                 kind=event.get("ddl_kind"), sql=event.get("ddl_sql"))
+
+    def truncate(self, seq_text: str) -> None:
+        """Empty the mirror; events at or before ``seq_text`` can no longer bring rows back."""
+        if self.mirror.exists():
+            self.mirror.delete_where(None, None)
+        self.table_state = replace(self.table_state, truncate_seq=seq_text)

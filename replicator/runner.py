@@ -1,0 +1,79 @@
+"""Run the mirror stream: Structured Streaming with ``foreachBatch`` into the engine."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import TYPE_CHECKING
+
+from replicator.config import JobConfig
+from replicator.logging import get_logger
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = get_logger("replicator.runner")
+
+
+class MirrorJob:
+    """One streaming query. A lock spans each micro-batch so that a stop request waits for the running
+    batch to finish, then stops the query before the next one starts any work."""
+
+    def __init__(self, config: JobConfig, spark: SparkSession) -> None:
+        from replicator.engine import Engine
+
+        self.config = config
+        self.spark = spark
+        self.engine = Engine(config)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def _batch(self, frame: DataFrame, batch_id: int) -> None:
+        with self._lock:
+            if self._stop.is_set():
+                raise InterruptedError("stopping: the batch is left for the next run")
+            try:
+                self.engine.process(frame, batch_id)
+            except BaseException as exc:  # Spark wraps it; keep the original for the caller
+                self.error = exc
+                raise
+
+    def run(self, available_now: bool = False) -> int:
+        from replicator.sources import build_stream
+
+        stream = build_stream(self.spark, self.config)
+        writer = (
+            stream.writeStream.foreachBatch(self._batch)
+            .option("checkpointLocation", self.engine.state.checkpoint)
+            .queryName(self.config.name)
+        )
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            seconds = self.config.trigger.interval.total_seconds()
+            writer = writer.trigger(processingTime=f"{max(seconds, 0.1)} seconds")
+        query = writer.start()
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+        def request_stop(signum: int, _frame: object) -> None:
+            log.info("stop requested, finishing the current batch", signal=signal.Signals(signum).name)
+            self._stop.set()
+
+        for sig in previous:
+            signal.signal(sig, request_stop)
+        try:
+            while query.isActive:
+                if self._stop.is_set():
+                    with self._lock:
+                        query.stop()
+                    break
+                query.awaitTermination(0.5)
+            exc = query.exception()
+            if exc is not None and not self._stop.is_set():
+                raise self.error if self.error is not None else exc
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        log.info("mirror stopped", job=self.config.name)
+        return 0

@@ -1,0 +1,82 @@
+"""The MirrorWriter contract: one Delta table, written with sequence-guarded, idempotent commits."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Txn:
+    """A Delta app transaction: ``app_id`` (the job name) and ``version`` (the micro-batch id)."""
+
+    app_id: str
+    version: int
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+
+    def __add__(self, other: MergeResult) -> MergeResult:
+        return MergeResult(
+            self.inserted + other.inserted, self.updated + other.updated, self.deleted + other.deleted
+        )
+
+
+class MirrorWriter(ABC):
+    """One Delta table at ``path``. Every write may carry a :class:`Txn`; :meth:`applied_version` tells the
+    newest version committed for an app id, so a replayed micro-batch can be skipped."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+
+    @abstractmethod
+    def exists(self) -> bool: ...
+
+    @abstractmethod
+    def schema(self) -> pa.Schema: ...
+
+    @abstractmethod
+    def create(self, schema: pa.Schema, partition_by: Sequence[str] = ()) -> None: ...
+
+    @abstractmethod
+    def add_columns(self, fields: Sequence[pa.Field]) -> None: ...
+
+    @abstractmethod
+    def applied_version(self, app_id: str) -> int | None: ...
+
+    @abstractmethod
+    def merge_guarded(
+        self, batch: pa.Table, key: Sequence[str], seq_column: str, op_column: str, txn: Txn | None
+    ) -> MergeResult:
+        """Upsert rows whose op is not ``delete`` and delete rows whose op is ``delete``, each only where the
+        incoming ``seq_column`` is newer than the stored one (a missing row counts as older)."""
+
+    @abstractmethod
+    def append(self, batch: pa.Table, txn: Txn | None) -> None: ...
+
+    @abstractmethod
+    def delete_where(self, predicate: str | None, txn: Txn | None) -> int:
+        """Delete rows matching a SQL predicate (all rows when None); returns the count."""
+
+    @abstractmethod
+    def mark(self, txn: Txn) -> None:
+        """Commit the app transaction alone (a table's batch that ended without a data commit)."""
+
+    @abstractmethod
+    def read(self, columns: Sequence[str] | None = None, filter_: object | None = None) -> pa.Table: ...
+
+
+WriterFactory = Callable[[str | Path], MirrorWriter]
+
+
+def quote(name: str) -> str:
+    """Quote a column name for a delta-rs / Spark SQL predicate."""
+    return '"' + name.replace('"', '""') + '"'

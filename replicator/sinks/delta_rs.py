@@ -1,0 +1,93 @@
+"""MirrorWriter on the ``deltalake`` (delta-rs) package: the default writer and the one CI tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from replicator.sinks.base import MergeResult, MirrorWriter, Txn, quote
+
+
+def _commit(txn: Txn | None):  # type: ignore[no-untyped-def]
+    from deltalake import CommitProperties, Transaction
+
+    if txn is None:
+        return None
+    return CommitProperties(app_transactions=[Transaction(txn.app_id, txn.version)])
+
+
+class DeltaRsWriter(MirrorWriter):
+    def _table(self):  # type: ignore[no-untyped-def]
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.path)
+
+    def exists(self) -> bool:
+        from deltalake import DeltaTable
+
+        return DeltaTable.is_deltatable(self.path)
+
+    def schema(self) -> pa.Schema:
+        return pa.schema(self._table().schema().to_arrow())
+
+    def create(self, schema: pa.Schema, partition_by: Sequence[str] = ()) -> None:
+        from deltalake import DeltaTable
+
+        DeltaTable.create(self.path, schema, mode="ignore", partition_by=list(partition_by) or None)
+
+    def add_columns(self, fields: Sequence[pa.Field]) -> None:
+        from deltalake import Field, Schema
+
+        if not fields:
+            return
+        converted = Schema.from_arrow(pa.schema([f.with_nullable(True) for f in fields])).fields
+        self._table().alter.add_columns(list(converted))
+
+    def applied_version(self, app_id: str) -> int | None:
+        if not self.exists():
+            return None
+        return self._table().transaction_version(app_id)
+
+    def merge_guarded(
+        self, batch: pa.Table, key: Sequence[str], seq_column: str, op_column: str, txn: Txn | None
+    ) -> MergeResult:
+        if batch.num_rows == 0:
+            return MergeResult()
+        on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
+        newer = f"s.{quote(seq_column)} > t.{quote(seq_column)}"
+        is_delete = f"s.{quote(op_column)} = 'delete'"
+        metrics = (
+            self._table()
+            .merge(batch, predicate=on, source_alias="s", target_alias="t", commit_properties=_commit(txn))
+            .when_matched_delete(predicate=f"{is_delete} AND {newer}")
+            .when_matched_update_all(predicate=f"NOT ({is_delete}) AND {newer}")
+            .when_not_matched_insert_all(predicate=f"NOT ({is_delete})")
+            .execute()
+        )
+        return MergeResult(
+            metrics.get("num_target_rows_inserted", 0),
+            metrics.get("num_target_rows_updated", 0),
+            metrics.get("num_target_rows_deleted", 0),
+        )
+
+    def append(self, batch: pa.Table, txn: Txn | None) -> None:
+        from deltalake import write_deltalake
+
+        if not self.exists():
+            self.create(batch.schema)
+        write_deltalake(self.path, batch, mode="append", commit_properties=_commit(txn), schema_mode="merge")
+
+    def delete_where(self, predicate: str | None, txn: Txn | None) -> int:
+        metrics = self._table().delete(predicate, commit_properties=_commit(txn))
+        return int(metrics.get("num_deleted_rows", 0) or 0)
+
+    def mark(self, txn: Txn) -> None:
+        table = self._table()
+        table.create_write_transaction([], mode="append", schema=table.schema(), commit_properties=_commit(txn))
+
+    def read(self, columns: Sequence[str] | None = None, filter_: object | None = None) -> pa.Table:
+        if not self.exists():
+            raise FileNotFoundError(self.path)
+        dataset = self._table().to_pyarrow_dataset()
+        return dataset.to_table(columns=list(columns) if columns else None, filter=filter_)

@@ -1,0 +1,246 @@
+"""Engine state under ``state.path``, all Delta tables: dead letters, batch summaries, table registry
+(keys, phases, positions), tombstones per mirror table, and the change log (bronze)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from replicator.sinks.base import MirrorWriter, Txn, WriterFactory
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from replicator.changelog import TableId
+
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        ("batch_id", pa.int64()),
+        ("recorded_at", pa.timestamp("us", tz="UTC")),
+        ("dialect", pa.string()),
+        ("database", pa.string()),
+        ("table", pa.string()),
+        ("error", pa.string()),
+        ("raw", pa.binary()),
+        ("raw_text", pa.string()),
+        ("source", pa.string()),
+        ("partition", pa.int64()),
+        ("offset", pa.int64()),
+        ("index", pa.int32()),
+        ("row", pa.int32()),
+    ]
+)
+
+BATCH_SCHEMA = pa.schema(
+    [
+        ("batch_id", pa.int64()),
+        ("finished_at", pa.timestamp("us", tz="UTC")),
+        ("duration_ms", pa.int64()),
+        ("records_in", pa.int64()),
+        ("events", pa.int64()),
+        ("applied", pa.int64()),
+        ("filtered", pa.int64()),
+        ("dead_letters", pa.int64()),
+        ("tables", pa.string()),  # JSON: per table inserted/updated/deleted
+    ]
+)
+
+TABLE_SCHEMA = pa.schema(
+    [
+        ("database", pa.string()),
+        ("schema", pa.string()),
+        ("table", pa.string()),
+        ("mirror", pa.string()),
+        ("primary_key", pa.list_(pa.string())),
+        ("phase", pa.string()),
+        ("dropped", pa.bool_()),
+        ("truncate_seq", pa.string()),
+        ("last_seq", pa.string()),
+        ("last_position", pa.string()),
+        ("last_event_time", pa.timestamp("us", tz="UTC")),
+        ("snapshot_rows", pa.int64()),
+        ("updated_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclass(frozen=True)
+class TableState:
+    database: str
+    schema: str | None
+    table: str
+    mirror: str
+    primary_key: tuple[str, ...] = ()
+    phase: str = "incremental"
+    dropped: bool = False
+    truncate_seq: str | None = None
+    last_seq: str | None = None
+    last_position: str | None = None
+    last_event_time: dt.datetime | None = None
+    snapshot_rows: int = 0
+    updated_at: dt.datetime | None = None
+
+    @property
+    def id(self) -> TableId:
+        return (self.database, self.schema, self.table)
+
+    def row(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["primary_key"] = list(self.primary_key)
+        return data
+
+
+@dataclass
+class BatchSummary:
+    batch_id: int
+    records_in: int = 0
+    events: int = 0
+    applied: int = 0
+    filtered: int = 0
+    dead_letters: int = 0
+    tables: dict[str, dict[str, int]] = field(default_factory=dict)
+    duration_ms: int = 0
+    phases_ms: dict[str, int] = field(default_factory=dict)
+
+
+class State:
+    def __init__(self, root: str | Path, job: str, writer: WriterFactory) -> None:
+        self.root = Path(root)
+        self.job = job
+        self.writer = writer
+
+    # ---- locations --------------------------------------------------------------------------------------
+    @property
+    def checkpoint(self) -> str:
+        return str(self.root / "checkpoint")
+
+    def table(self, name: str) -> MirrorWriter:
+        return self.writer(self.root / name)
+
+    def tombstones(self, table: TableId) -> MirrorWriter:
+        database, schema, name = table
+        parts = [database, schema, name] if schema else [database, name]
+        return self.writer(self.root.joinpath("tombstones", *parts))
+
+    def txn(self, batch_id: int) -> Txn:
+        return Txn(self.job, batch_id)
+
+    def done(self, name: str, batch_id: int, stage: str = "") -> bool:
+        version = self.table(name).applied_version(self.job + stage)
+        return version is not None and version >= batch_id
+
+    # ---- tables registry --------------------------------------------------------------------------------
+    def tables(self) -> dict[TableId, TableState]:
+        writer = self.table("tables")
+        if not writer.exists():
+            return {}
+        result = {}
+        for row in writer.read().to_pylist():
+            row["primary_key"] = tuple(row["primary_key"] or ())
+            state = TableState(**row)
+            result[state.id] = state
+        return result
+
+    def save_tables(self, states: Iterable[TableState], batch_id: int) -> None:
+        rows = [replace(s, updated_at=now()).row() for s in states]
+        if not rows:
+            return
+        writer = self.table("tables")
+        if not writer.exists():
+            writer.create(TABLE_SCHEMA)
+        data = pa.Table.from_pylist(rows, TABLE_SCHEMA)
+        # A NULL schema must match a NULL schema: compare through coalesce.
+        from deltalake import DeltaTable
+
+        on = (
+            "t.database = s.database AND t.\"table\" = s.\"table\" "
+            "AND coalesce(t.schema, '') = coalesce(s.schema, '')"
+        )
+        (
+            DeltaTable(writer.path)
+            .merge(data, predicate=on, source_alias="s", target_alias="t")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
+
+    # ---- dead letters and batches ------------------------------------------------------------------------
+    def write_dead_letters(self, rows: pa.Table, batch_id: int, stage: str) -> None:
+        """Append a batch's dead letters once per stage (``:decode`` before apply, ``:apply`` after): each
+        stage carries its own app transaction so a replayed batch writes neither twice."""
+        if rows.num_rows == 0 or self.done("dead_letters", batch_id, stage):
+            return
+        self.table("dead_letters").append(
+            rows.select(DEAD_LETTER_SCHEMA.names).cast(DEAD_LETTER_SCHEMA), Txn(self.job + stage, batch_id)
+        )
+
+    def record_batch(self, summary: BatchSummary) -> None:
+        if self.done("batches", summary.batch_id):
+            return
+        row = asdict(summary)
+        row.pop("phases_ms")
+        row["tables"] = json.dumps(summary.tables, sort_keys=True)
+        row["finished_at"] = now()
+        self.table("batches").append(pa.Table.from_pylist([row], BATCH_SCHEMA), self.txn(summary.batch_id))
+
+    # ---- change log -------------------------------------------------------------------------------------
+    def append_changelog(self, events: DataFrame, batch_id: int) -> None:
+        """Spark writes the batch's events as Parquet into the change-log table folder; delta-rs commits
+        them with the batch's app transaction, so a replayed batch adds nothing twice."""
+        from deltalake import DeltaTable
+        from deltalake.transaction import AddAction
+
+        root = self.root / "changelog"
+        if self.done("changelog", batch_id):
+            return
+        staging = f"_staging/batch={batch_id}-{uuid.uuid4().hex[:8]}"
+        events.write.mode("overwrite").partitionBy("database", "table").parquet(str(root / staging))
+        actions, schema = [], None
+        for dirpath, _dirs, files in os.walk(root / staging):
+            for name in files:
+                if not name.endswith(".parquet"):
+                    continue
+                full = Path(dirpath) / name
+                rel = full.relative_to(root).as_posix()
+                parts = dict(p.split("=", 1) for p in Path(dirpath).relative_to(root / staging).parts)
+                values = {k: (None if v == "__HIVE_DEFAULT_PARTITION__" else _unescape(v)) for k, v in parts.items()}
+                if schema is None:
+                    import pyarrow.parquet as pq
+
+                    schema = pq.read_schema(full)
+                stat = full.stat()
+                actions.append(AddAction(rel, stat.st_size, values, int(stat.st_mtime * 1000), True, "{}"))
+        if not actions:
+            return
+        assert schema is not None
+        full_schema = pa.schema([*schema, pa.field("database", pa.string()), pa.field("table", pa.string())])
+        from deltalake import CommitProperties, Transaction
+
+        commit = CommitProperties(app_transactions=[Transaction(self.job, batch_id)])
+        if not DeltaTable.is_deltatable(str(root)):
+            DeltaTable.create(str(root), full_schema, partition_by=["database", "table"], mode="ignore")
+        DeltaTable(str(root)).create_write_transaction(
+            actions, mode="append", schema=full_schema, partition_by=["database", "table"],
+            commit_properties=commit,
+        )
+
+    def read_changelog(self, columns: Sequence[str] | None = None) -> pa.Table:
+        return self.table("changelog").read(columns)
+
+
+def _unescape(value: str) -> str:
+    from urllib.parse import unquote
+
+    return unquote(value)
