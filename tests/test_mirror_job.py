@@ -1,0 +1,193 @@
+"""The mirror job as users run it: the streaming query, the CLI, restarts, crashes and signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+
+from tests.helpers import canal, order, write_jsonl
+
+REPO = Path(__file__).resolve().parent.parent
+ES = 1_700_000_000_000
+
+
+def job_file(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(textwrap.dedent(f"""
+        name: cli-job
+        source: {{type: files, path: landing, dialect: canal-json}}
+        target: {{path: lake}}
+        state: {{path: state}}
+        trigger: {{interval: 1 second}}
+        """) + extra, encoding="utf-8")
+    return path
+
+
+def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "REPLICATOR_SPARK_MASTER": "local[2]"}
+    return subprocess.run([sys.executable, "-m", "replicator.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=REPO)
+
+
+def delta_rows(path: Path) -> list[dict]:
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(path)).to_pyarrow_table()
+    return sorted(table.drop_columns([c for c in table.column_names if c.startswith("_cdc")]).to_pylist(),
+                  key=lambda r: json.dumps(r, default=str))
+
+
+def batches(state: Path) -> list[dict]:
+    from deltalake import DeltaTable
+
+    return sorted(DeltaTable(str(state / "batches")).to_pyarrow_table().to_pylist(), key=lambda r: r["batch_id"])
+
+
+@pytest.mark.slow
+def test_available_now_twice_processes_only_new_files(tmp_path):
+    write_jsonl(tmp_path / "landing" / "a.jsonl", [canal("INSERT", [order(1), order(2)], es=ES)])
+    config = job_file(tmp_path)
+    first = cli("mirror", "--config", str(config), "--available-now")
+    assert first.returncode == 0, first.stderr[-3000:]
+    summary_lines = [json.loads(line) for line in first.stderr.splitlines() if line.startswith("{")]
+    assert any(line.get("event") == "batch" and line["records_in"] == 1 for line in summary_lines)
+
+    write_jsonl(tmp_path / "landing" / "b.jsonl", [canal("DELETE", [order(1)], es=ES + 1)])
+    second = cli("mirror", "--config", str(config), "--available-now")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert [r["id"] for r in delta_rows(tmp_path / "lake" / "shop" / "orders")] == [2]
+    assert [b["records_in"] for b in batches(tmp_path / "state")] == [1, 1]
+
+    status = cli("status", "--config", str(config), "--json")
+    assert status.returncode == 0, status.stderr[-2000:]
+    report = json.loads(status.stdout)
+    assert report["tables"][0]["table"] == "shop.orders" and report["tables"][0]["rows"] == 1
+
+
+CRASH_SCRIPT = """
+import os, sys
+from replicator.sinks.delta_rs import DeltaRsWriter
+original = DeltaRsWriter.merge_guarded
+commits = []
+def merge_then_die(self, *args, **kwargs):
+    result = original(self, *args, **kwargs)
+    commits.append(self.path)
+    if len(commits) == 1:
+        os._exit(137)  # the process dies between the first and the second table's commit
+    return result
+DeltaRsWriter.merge_guarded = merge_then_die
+from replicator.cli import main
+sys.exit(main(["mirror", "--config", sys.argv[1], "--available-now"]))
+"""
+
+
+@pytest.mark.slow
+def test_killed_between_two_tables_commits_then_rerun_applies_once(tmp_path):
+    messages = [
+        canal("INSERT", [order(1, "a"), order(2, "b")], es=ES),
+        canal("INSERT", [order(10, "x")], es=ES + 1, table="customers"),
+        canal("UPDATE", [order(1, "a2")], old=[{"name": "a"}], es=ES + 2),
+        canal("UPDATE", [order(10, "x2")], old=[{"name": "x"}], es=ES + 3, table="customers"),
+        canal("DELETE", [order(2, "b")], es=ES + 4),
+    ]
+    crashed, reference = tmp_path / "crashed", tmp_path / "reference"
+    for root in (crashed, reference):
+        write_jsonl(root / "landing" / "m.jsonl", messages)
+        job_file(root)
+    env = {**os.environ, "REPLICATOR_SPARK_MASTER": "local[2]"}
+    died = subprocess.run([sys.executable, "-c", CRASH_SCRIPT, str(crashed / "job.yaml")], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert died.returncode == 137, died.stderr[-3000:]
+    applied = [p for p in ("orders", "customers") if (crashed / "lake" / "shop" / p / "_delta_log").exists()]
+    assert applied, "the first table was committed before the crash"
+
+    rerun = cli("mirror", "--config", str(crashed / "job.yaml"), "--available-now")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    once = cli("mirror", "--config", str(reference / "job.yaml"), "--available-now")
+    assert once.returncode == 0, once.stderr[-3000:]
+    for table in ("orders", "customers"):
+        assert delta_rows(crashed / "lake" / "shop" / table) == delta_rows(reference / "lake" / "shop" / table)
+    assert [r["id"] for r in delta_rows(crashed / "lake" / "shop" / "orders")] == [1]
+    # The batch was replayed with the same id: the table committed before the crash skipped it.
+    from deltalake import DeltaTable
+
+    for table in ("orders", "customers"):
+        history = DeltaTable(str(crashed / "lake" / "shop" / table)).history()
+        writes = [h for h in history if h.get("operation") == "MERGE"]
+        assert len(writes) == 1, f"{table} was merged {len(writes)} times"
+
+
+@pytest.mark.slow
+def test_sigterm_stops_cleanly_after_the_current_batch(tmp_path):
+    write_jsonl(tmp_path / "landing" / "a.jsonl", [canal("INSERT", [order(1)], es=ES)])
+    config = job_file(tmp_path)
+    env = {**os.environ, "REPLICATOR_SPARK_MASTER": "local[2]"}
+    proc = subprocess.Popen([sys.executable, "-m", "replicator.cli", "mirror", "--config", str(config)],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not (tmp_path / "state" / "batches" / "_delta_log").exists():
+            time.sleep(1)
+        assert (tmp_path / "state" / "batches" / "_delta_log").exists(), "no batch within 240 s"
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert "mirror stopped" in err
+    assert [r["id"] for r in delta_rows(tmp_path / "lake" / "shop" / "orders")] == [1]
+
+
+@pytest.mark.slow
+def test_demo_stream_produces_the_expected_tables(spark, tmp_path):
+    import datetime as dt
+
+    from replicator.config import load_config
+    from replicator.runner import MirrorJob
+
+    shutil.copytree(REPO / "conf" / "samples", tmp_path / "samples")
+    text = (REPO / "conf" / "demo.yaml").read_text().replace("../demo-out", "out")
+    (tmp_path / "demo.yaml").write_text(text)
+    config = load_config(tmp_path / "demo.yaml")
+    assert MirrorJob(config, spark).run(available_now=True) == 0
+
+    def mirror(name: str):
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(tmp_path / "out" / "lakehouse" / name)).to_pyarrow_table()
+        table = table.drop_columns(["_cdc_seq", "_cdc_event_time", "_cdc_position"])
+        return spark.createDataFrame(table).orderBy(table.column_names[0])
+
+    orders = mirror("shop/orders")
+    expected = spark.createDataFrame(
+        [
+            (Decimal(1), "王小明", Decimal("19.90"), "shipped", dt.datetime(2023, 11, 14, 22, 13, 20, 123000),
+             dt.datetime(2023, 11, 14, 22, 13, 21, 500000), 1, None, "update"),
+            (Decimal(30), "Bob", Decimal("1234567890.12"), "new", dt.datetime(2023, 11, 14, 22, 13, 21), None, 1,
+             bytearray(b"\xff\x00A"), "update"),
+        ],
+        orders.schema,
+    )
+    assert_df_equality(orders, expected, ignore_nullable=True)
+    asd_copy = mirror("test/asd_copy")
+    assert_df_equality(asd_copy, spark.createDataFrame([(2223, "insert")], asd_copy.schema), ignore_nullable=True)
+
+    from deltalake import DeltaTable
+
+    dead = DeltaTable(str(tmp_path / "out" / "state" / "dead_letters")).to_pyarrow_table().to_pylist()
+    errors = sorted(d["error"] for d in dead)
+    assert len(errors) == 3
+    assert any("not JSON" in e for e in errors)
+    assert any("'amount'" in e and "12.345" in e for e in errors)
+    assert any("'qty'" in e and "4294967295" in e for e in errors)
