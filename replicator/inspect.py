@@ -12,8 +12,23 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 SEQ_TAIL = 5  # batch id, partition, offset, message index, row index (dialects.base.seq_tail)
-FIELDS = ("dialect", "op", "database", "schema", "table", "ddl_kind", "ddl_sql", "primary_key", "before",
-          "after", "source_types", "seq", "event_time", "position", "error")
+FIELDS = (
+    "dialect",
+    "op",
+    "database",
+    "schema",
+    "table",
+    "ddl_kind",
+    "ddl_sql",
+    "primary_key",
+    "before",
+    "after",
+    "source_types",
+    "seq",
+    "event_time",
+    "position",
+    "error",
+)
 
 
 def _plain(value: Any) -> Any:
@@ -29,7 +44,10 @@ def event_records(decoded: DataFrame, fields: tuple[str, ...] = FIELDS) -> list[
     from pyspark.sql import functions as F
 
     ordered = decoded.orderBy(
-        F.col("coordinates.source"), F.col("coordinates.offset"), F.col("coordinates.index"), F.col("coordinates.row")
+        F.col("coordinates.source"),
+        F.col("coordinates.offset"),
+        F.col("coordinates.index"),
+        F.col("coordinates.row"),
     )
     rows = []
     for row in ordered.select(*fields).collect():

@@ -10,9 +10,7 @@ from typing import Literal
 Op = Literal["insert", "update", "delete", "snapshot", "truncate", "ddl"]
 DML_OPS: tuple[str, ...] = ("insert", "update", "delete", "snapshot")
 BARRIER_OPS: tuple[str, ...] = ("truncate", "ddl")
-DdlKind = Literal[
-    "CREATE", "ALTER", "ERASE", "RENAME", "TRUNCATE", "CINDEX", "DINDEX", "QUERY", "INIT_DDL"
-]
+DdlKind = Literal["CREATE", "ALTER", "ERASE", "RENAME", "TRUNCATE", "CINDEX", "DINDEX", "QUERY", "INIT_DDL"]
 
 # Where a raw record came from: topic/partition/offset for Kafka, file path / modification time (ms) /
 # line number for files. `index` is the message index inside the record (a JSON array document holds
@@ -72,9 +70,7 @@ def seq_text(seq: list[int] | tuple[int, ...]) -> str:
 
 def seq_text_sql(column: str = "seq") -> str:
     """The Spark SQL expression equal to :func:`seq_text` of an ``ARRAY<BIGINT>`` column."""
-    return (
-        f"concat_ws('.', transform({column}, x -> lpad(cast(greatest(x, 0) AS STRING), {SEQ_WIDTH}, '0')))"
-    )
+    return f"concat_ws('.', transform({column}, x -> lpad(cast(greatest(x, 0) AS STRING), {SEQ_WIDTH}, '0')))"
 
 
 def parse_seq_text(text: str) -> tuple[int, ...]:

@@ -52,7 +52,9 @@ def file_records(files: DataFrame) -> DataFrame:
 
 
 def files_stream(spark: SparkSession, config: JobConfig) -> DataFrame:
-    reader = spark.readStream.format("binaryFile").schema(BINARY_FILE_SCHEMA).option("pathGlobFilter", FILE_GLOB)
+    reader = (
+        spark.readStream.format("binaryFile").schema(BINARY_FILE_SCHEMA).option("pathGlobFilter", FILE_GLOB)
+    )
     reader = reader.option("recursiveFileLookup", "true")
     if config.source.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(config.source.max_files_per_trigger))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -40,7 +41,8 @@ def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> 
     """
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
+    # Workers run Python (Avro decoding in mapInArrow): they need this interpreter and its packages.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     active = SparkSession.getActiveSession()
     builder = SparkSession.builder.appName(config.name if config else app_name)
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ or active is not None

@@ -28,13 +28,19 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
         rows = mirror.read(["_cdc_seq"]).num_rows if mirror.exists() else 0
         name = ".".join(p for p in (table.database, table.schema, table.table) if p)
         lag = (now - table.last_event_time).total_seconds() if table.last_event_time else None
-        tables.append({
-            "table": name, "phase": "dropped" if table.dropped else table.phase, "rows": rows,
-            "primary_key": list(table.primary_key), "last_position": table.last_position,
-            "last_event_time": table.last_event_time.isoformat() if table.last_event_time else None,
-            "lag_seconds": lag, "dead_letters": dead_by_table.get(f"{table.database}.{table.table}", 0),
-            "mirror": table.mirror,
-        })
+        tables.append(
+            {
+                "table": name,
+                "phase": "dropped" if table.dropped else table.phase,
+                "rows": rows,
+                "primary_key": list(table.primary_key),
+                "last_position": table.last_position,
+                "last_event_time": table.last_event_time.isoformat() if table.last_event_time else None,
+                "lag_seconds": lag,
+                "dead_letters": dead_by_table.get(f"{table.database}.{table.table}", 0),
+                "mirror": table.mirror,
+            }
+        )
     batches = []
     log = state.table("batches")
     if log.exists():
@@ -58,8 +64,10 @@ def print_status(config: JobConfig, as_json: bool = False) -> int:
         print(f"{t['table']:32} {t['phase']:18} {t['rows']:>10} {lag:>10}  {t['last_position'] or '-'}")
     print("recent batches:")
     for b in status["batches"]:
-        print(f"  #{b['batch_id']}: {b['records_in']} records, {b['events']} events, {b['applied']} applied, "
-              f"{b['filtered']} filtered, {b['dead_letters']} dead letters, {b['duration_ms']} ms")
+        print(
+            f"  #{b['batch_id']}: {b['records_in']} records, {b['events']} events, {b['applied']} applied, "
+            f"{b['filtered']} filtered, {b['dead_letters']} dead letters, {b['duration_ms']} ms"
+        )
     return 0
 
 

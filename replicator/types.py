@@ -35,37 +35,147 @@ _INTS = {
     "long": (pa.int64(), pa.decimal128(20, 0)),
 }
 _DECIMALS = {"decimal", "numeric", "number", "dec", "fixed"}
-_FLOATS = {"float", "double", "real", "float4", "float8", "double precision", "binary_float", "binary_double",
-           "smallmoney"}
+_FLOATS = {
+    "float",
+    "double",
+    "real",
+    "float4",
+    "float8",
+    "double precision",
+    "binary_float",
+    "binary_double",
+    "smallmoney",
+}
 _BOOLS = {"bool", "boolean"}
-_BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "bytea", "raw", "long raw",
-           "image", "bfile", "varbinary(max)"}
-_STRINGS = {"char", "varchar", "nchar", "nvarchar", "varchar2", "nvarchar2", "text", "tinytext", "mediumtext",
-            "longtext", "ntext", "clob", "nclob", "long", "string", "enum", "set", "json", "jsonb", "uuid",
-            "uniqueidentifier", "xml", "character", "character varying", "bpchar", "name", "citext", "inet",
-            "cidr", "macaddr", "macaddr8", "interval", "time", "timetz", "time without time zone",
-            "time with time zone", "int4range", "int8range", "numrange", "tsrange", "tstzrange", "daterange",
-            "tsvector", "tsquery", "point", "line", "lseg", "box", "path", "polygon", "circle", "geometry",
-            "geography", "hierarchyid", "sql_variant", "rowid", "urowid", "money", "bit varying", "varbit",
-            "oid", "array", "other"}
+_BINARY = {
+    "binary",
+    "varbinary",
+    "tinyblob",
+    "blob",
+    "mediumblob",
+    "longblob",
+    "bytea",
+    "raw",
+    "long raw",
+    "image",
+    "bfile",
+    "varbinary(max)",
+}
+_STRINGS = {
+    "char",
+    "varchar",
+    "nchar",
+    "nvarchar",
+    "varchar2",
+    "nvarchar2",
+    "text",
+    "tinytext",
+    "mediumtext",
+    "longtext",
+    "ntext",
+    "clob",
+    "nclob",
+    "long",
+    "string",
+    "enum",
+    "set",
+    "json",
+    "jsonb",
+    "uuid",
+    "uniqueidentifier",
+    "xml",
+    "character",
+    "character varying",
+    "bpchar",
+    "name",
+    "citext",
+    "inet",
+    "cidr",
+    "macaddr",
+    "macaddr8",
+    "interval",
+    "time",
+    "timetz",
+    "time without time zone",
+    "time with time zone",
+    "int4range",
+    "int8range",
+    "numrange",
+    "tsrange",
+    "tstzrange",
+    "daterange",
+    "tsvector",
+    "tsquery",
+    "point",
+    "line",
+    "lseg",
+    "box",
+    "path",
+    "polygon",
+    "circle",
+    "geometry",
+    "geography",
+    "hierarchyid",
+    "sql_variant",
+    "rowid",
+    "urowid",
+    "money",
+    "bit varying",
+    "varbit",
+    "oid",
+    "array",
+    "other",
+}
 _DATES = {"date"}
 _NTZ = {"datetime", "datetime2", "smalldatetime", "timestamp without time zone", "timestamp_ntz"}
 # MySQL TIMESTAMP is an instant (UTC in the binlog); PostgreSQL/Oracle name their instants explicitly.
-_TZ = {"timestamp", "timestamptz", "timestamp with time zone", "datetimeoffset", "timestamp with local time zone",
-       "timestamp_ltz"}
+_TZ = {
+    "timestamp",
+    "timestamptz",
+    "timestamp with time zone",
+    "datetimeoffset",
+    "timestamp with local time zone",
+    "timestamp_ltz",
+}
 
 # java.sql.Types codes (seed 004's table) for columns that arrive without a type name.
 JDBC_TYPES: dict[int, pa.DataType] = {
-    -7: pa.bool_(), 16: pa.bool_(), -6: pa.int8(), 5: pa.int16(), 4: pa.int32(), -5: pa.int64(),
-    6: pa.float64(), 7: pa.float64(), 8: pa.float64(), 2: pa.string(), 3: pa.string(),
-    1: pa.string(), 12: pa.string(), -1: pa.string(), -9: pa.string(), -15: pa.string(), -16: pa.string(),
-    2005: pa.string(), 2011: pa.string(), 1111: pa.string(), 2000: pa.string(), 2003: pa.string(),
-    91: pa.date32(), 92: pa.string(), 93: pa.timestamp("us"), 2014: pa.timestamp("us", tz="UTC"),
-    2013: pa.string(), -2: pa.binary(), -3: pa.binary(), -4: pa.binary(), 2004: pa.binary(),
+    -7: pa.bool_(),
+    16: pa.bool_(),
+    -6: pa.int8(),
+    5: pa.int16(),
+    4: pa.int32(),
+    -5: pa.int64(),
+    6: pa.float64(),
+    7: pa.float64(),
+    8: pa.float64(),
+    2: pa.string(),
+    3: pa.string(),
+    1: pa.string(),
+    12: pa.string(),
+    -1: pa.string(),
+    -9: pa.string(),
+    -15: pa.string(),
+    -16: pa.string(),
+    2005: pa.string(),
+    2011: pa.string(),
+    1111: pa.string(),
+    2000: pa.string(),
+    2003: pa.string(),
+    91: pa.date32(),
+    92: pa.string(),
+    93: pa.timestamp("us"),
+    2014: pa.timestamp("us", tz="UTC"),
+    2013: pa.string(),
+    -2: pa.binary(),
+    -3: pa.binary(),
+    -4: pa.binary(),
+    2004: pa.binary(),
 }
 
 _TYPE_RE = re.compile(
-    r"^\s*(?P<base>[a-z_][a-z0-9_ ]*)\s*(?:\((?P<params>[^)]*)\))?\s*(?P<rest>[a-z ]*?)\s*(?P<array>\[\])?\s*$"
+    r"^\s*(?P<base>[a-z_][a-z0-9_ ]*)\s*(?:\((?P<params>[^)]*)\))?"
+    r"\s*(?P<rest>[a-z ]*?)\s*(?P<array>\[\])?\s*$"
 )
 
 
@@ -241,9 +351,11 @@ def parse_values(
     elif pa.types.is_binary(target):
         convert = _to_binary
     elif pa.types.is_timestamp(target) and target.tz is not None:
+
         def convert(v: pa.Array) -> pa.Array:
             return _to_timestamp_tz(v, timezone)
     else:
+
         def convert(v: pa.Array) -> pa.Array:
             return pc.cast(pc.utf8_trim_whitespace(v), target, safe=True)
 

@@ -31,19 +31,43 @@ def canal(
     """A canal-json FlatMessage (seed 002 shape)."""
     types = types or ORDER_TYPES
     return {
-        "data": rows, "database": database, "es": es, "id": next(_ids) if id_ is None else id_,
-        "isDdl": False, "mysqlType": types, "old": old, "pkNames": pk or ["id"], "sql": "",
-        "sqlType": {k: 12 for k in types}, "table": table, "ts": es + 100, "type": type_,
+        "data": rows,
+        "database": database,
+        "es": es,
+        "id": next(_ids) if id_ is None else id_,
+        "isDdl": False,
+        "mysqlType": types,
+        "old": old,
+        "pkNames": pk or ["id"],
+        "sql": "",
+        "sqlType": dict.fromkeys(types, 12),
+        "table": table,
+        "ts": es + 100,
+        "type": type_,
     }
 
 
 def ddl(kind: str, sql: str, *, es: int, table: str = "orders", database: str = "shop") -> dict[str, Any]:
-    return {"data": None, "database": database, "es": es, "id": next(_ids), "isDdl": True, "mysqlType": None,
-            "old": None, "pkNames": None, "sql": sql, "sqlType": None, "table": table, "ts": es + 100,
-            "type": kind}
+    return {
+        "data": None,
+        "database": database,
+        "es": es,
+        "id": next(_ids),
+        "isDdl": True,
+        "mysqlType": None,
+        "old": None,
+        "pkNames": None,
+        "sql": sql,
+        "sqlType": None,
+        "table": table,
+        "ts": es + 100,
+        "type": kind,
+    }
 
 
-def order(i: int, name: str = "x", amount: str = "1.00", ts: str = "2024-01-01 00:00:00.000") -> dict[str, Any]:
+def order(
+    i: int, name: str = "x", amount: str = "1.00", ts: str = "2024-01-01 00:00:00.000"
+) -> dict[str, Any]:
     return {"id": str(i), "name": name, "amount": amount, "ts": ts}
 
 
@@ -94,7 +118,9 @@ class Runner:
         write_jsonl(folder / "m.jsonl", messages)
         return self.batch(folder, batch_id)
 
-    def mirror(self, database: str = "shop", table: str = "orders", cdc: bool = False) -> list[dict[str, Any]]:
+    def mirror(
+        self, database: str = "shop", table: str = "orders", cdc: bool = False
+    ) -> list[dict[str, Any]]:
         from deltalake import DeltaTable
 
         path = Path(self.config.target.path) / database / table

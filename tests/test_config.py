@@ -39,15 +39,23 @@ def test_minimum_job_file_and_relative_paths(tmp_path):
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        (GOOD.replace("dialect: canal-json", "dialect: nope"), "source.dialect: Value error, unknown dialect 'nope'"),
+        (
+            GOOD.replace("dialect: canal-json", "dialect: nope"),
+            "source.dialect: Value error, unknown dialect 'nope'",
+        ),
         (GOOD.replace("  path: lakehouse\n", "  writer: delta-rs\n"), "target.path: Field required"),
         (GOOD.replace("type: files", "type: ftp"), "source.type: Input should be 'files' or 'kafka'"),
         (GOOD + "trigger:\n  interval: soon\n", "trigger.interval: Value error, expected a duration"),
         (GOOD + "on_error: explode\n", "on_error: Input should be 'dead_letter' or 'fail'"),
         (GOOD + "unknown_key: 1\n", "unknown_key: Extra inputs are not permitted"),
-        (GOOD.replace("source:\n  type: files\n", "source:\n  type: files\n  timezone: Mars/Base\n"),
-         "source.timezone: Value error, unknown time zone 'Mars/Base'"),
-        (GOOD.replace("type: files\n  path: landing", "type: kafka"), "a kafka source needs a 'kafka' section"),
+        (
+            GOOD.replace("source:\n  type: files\n", "source:\n  type: files\n  timezone: Mars/Base\n"),
+            "source.timezone: Value error, unknown time zone 'Mars/Base'",
+        ),
+        (
+            GOOD.replace("type: files\n  path: landing", "type: kafka"),
+            "a kafka source needs a 'kafka' section",
+        ),
         ("name: [\n", "not valid YAML"),
         ("- a\n- b\n", "expected a mapping"),
     ],
@@ -84,11 +92,18 @@ def test_cli_config_error_exits_before_spark(tmp_path, capsys):
 def test_kafka_options_are_built_from_the_job_file(tmp_path):
     from replicator.sources import kafka_options
 
-    text = GOOD.replace("type: files\n  path: landing", "type: kafka\n  kafka:\n    bootstrap_servers: k1:9092,k2:9092\n"
-                        "    topics: [shop]\n    max_offsets_per_trigger: 5000\n    options: {kafka.security.protocol: SSL}")
+    text = GOOD.replace(
+        "type: files\n  path: landing",
+        "type: kafka\n  kafka:\n    bootstrap_servers: k1:9092,k2:9092\n"
+        "    topics: [shop]\n    max_offsets_per_trigger: 5000\n    options: {kafka.security.protocol: SSL}",
+    )
     config = load_config(write(tmp_path, text))
     assert kafka_options(config.source.kafka) == {
-        "kafka.bootstrap.servers": "k1:9092,k2:9092", "subscribe": "shop", "startingOffsets": "earliest",
-        "failOnDataLoss": "true", "includeHeaders": "false", "maxOffsetsPerTrigger": "5000",
+        "kafka.bootstrap.servers": "k1:9092,k2:9092",
+        "subscribe": "shop",
+        "startingOffsets": "earliest",
+        "failOnDataLoss": "true",
+        "includeHeaders": "false",
+        "maxOffsetsPerTrigger": "5000",
         "kafka.security.protocol": "SSL",
     }

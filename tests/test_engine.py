@@ -22,12 +22,19 @@ def ids(rows):
 
 
 def test_insert_update_delete_typed(runner, tmp_path):
-    runner.messages(tmp_path, [
-        canal("INSERT", [order(1, "a", "10.50", "2024-01-02 03:04:05.678"), order(2, "b")], es=ES),
-        canal("UPDATE", [order(1, "A", "-0.01", "2024-01-02 03:04:05.678")], old=[{"name": "a", "amount": "10.50"}],
-              es=ES + 1),
-        canal("DELETE", [order(2, "b")], es=ES + 2),
-    ])
+    runner.messages(
+        tmp_path,
+        [
+            canal("INSERT", [order(1, "a", "10.50", "2024-01-02 03:04:05.678"), order(2, "b")], es=ES),
+            canal(
+                "UPDATE",
+                [order(1, "A", "-0.01", "2024-01-02 03:04:05.678")],
+                old=[{"name": "a", "amount": "10.50"}],
+                es=ES + 1,
+            ),
+            canal("DELETE", [order(2, "b")], es=ES + 2),
+        ],
+    )
     assert runner.mirror() == [
         {"id": 1, "name": "A", "amount": Decimal("-0.01"), "ts": dt.datetime(2024, 1, 2, 3, 4, 5, 678000)}
     ]
@@ -73,25 +80,41 @@ def test_update_of_the_primary_key_moves_the_row(runner, tmp_path):
 
 
 def test_key_change_and_reuse_of_old_key_in_one_batch(runner, tmp_path):
-    runner.messages(tmp_path, [
-        canal("INSERT", [order(1, "a")], es=ES),
-        canal("UPDATE", [order(2, "a")], old=[{"id": "1"}], es=ES + 1),
-        canal("INSERT", [order(1, "new one")], es=ES + 2),
-    ])
+    runner.messages(
+        tmp_path,
+        [
+            canal("INSERT", [order(1, "a")], es=ES),
+            canal("UPDATE", [order(2, "a")], old=[{"id": "1"}], es=ES + 1),
+            canal("INSERT", [order(1, "new one")], es=ES + 2),
+        ],
+    )
     assert [(r["id"], r["name"]) for r in runner.mirror()] == [(1, "new one"), (2, "a")]
 
 
 def test_multi_row_message_rows_keep_their_order(runner, tmp_path):
-    runner.messages(tmp_path, [canal("UPDATE", [order(1, "first"), order(1, "second")],
-                                     old=[{"name": "x"}, {"name": "first"}], es=ES, id_=5)])
+    runner.messages(
+        tmp_path,
+        [
+            canal(
+                "UPDATE",
+                [order(1, "first"), order(1, "second")],
+                old=[{"name": "x"}, {"name": "first"}],
+                es=ES,
+                id_=5,
+            )
+        ],
+    )
     assert [r["name"] for r in runner.mirror()] == ["second"]
 
 
 def test_same_es_ordered_by_id(runner, tmp_path):
-    runner.messages(tmp_path, [
-        canal("UPDATE", [order(1, "later")], old=[{"name": "x"}], es=ES, id_=9),
-        canal("INSERT", [order(1, "earlier")], es=ES, id_=8),
-    ])
+    runner.messages(
+        tmp_path,
+        [
+            canal("UPDATE", [order(1, "later")], old=[{"name": "x"}], es=ES, id_=9),
+            canal("INSERT", [order(1, "earlier")], es=ES, id_=8),
+        ],
+    )
     assert [r["name"] for r in runner.mirror()] == ["later"]
 
 
@@ -112,10 +135,21 @@ def test_replayed_batch_is_a_no_op(runner, tmp_path):
 
 
 def test_values_that_do_not_fit_are_dead_letters_naming_the_column(runner, tmp_path):
-    runner.messages(tmp_path, [
-        canal("INSERT", [order(1, amount="1.234"), order(2, amount="123456789.00"), order(3, ts="not a time"),
-                         order(4)], es=ES),
-    ])
+    runner.messages(
+        tmp_path,
+        [
+            canal(
+                "INSERT",
+                [
+                    order(1, amount="1.234"),
+                    order(2, amount="123456789.00"),
+                    order(3, ts="not a time"),
+                    order(4),
+                ],
+                es=ES,
+            ),
+        ],
+    )
     assert ids(runner.mirror()) == [4]
     dead = sorted(runner.dead_letters(), key=lambda d: d["row"])
     assert [d["row"] for d in dead] == [0, 1, 2]
@@ -132,14 +166,26 @@ def test_values_that_do_not_fit_are_dead_letters_naming_the_column(runner, tmp_p
         ("{not json", "not JSON"),
         (b"\xff\xfe{}", "not valid UTF-8"),
         ('{"database": "shop", "table": "orders", "isDdl": false, "es": 1}', "no 'type'"),
-        ('{"data": [{"id": "1"}], "database": "shop", "table": "orders", "isDdl": false, "type": "UPSERT",'
-         ' "es": 1, "pkNames": ["id"]}', "unknown op type"),
-        ('{"data": [{"id": "1"}], "database": "shop", "table": "", "isDdl": false, "type": "INSERT",'
-         ' "es": 1, "pkNames": ["id"]}', "missing table"),
-        ('{"data": [{"id": "1"}], "database": "shop", "table": "t", "isDdl": false, "type": "INSERT",'
-         ' "es": 1, "pkNames": []}', "missing primary key"),
-        ('{"data": [{"id": null}], "database": "shop", "table": "t", "isDdl": false, "type": "INSERT",'
-         ' "es": 1, "pkNames": ["id"]}', "NULL or absent primary key"),
+        (
+            '{"data": [{"id": "1"}], "database": "shop", "table": "orders", "isDdl": false, "type": "UPSERT",'
+            ' "es": 1, "pkNames": ["id"]}',
+            "unknown op type",
+        ),
+        (
+            '{"data": [{"id": "1"}], "database": "shop", "table": "", "isDdl": false, "type": "INSERT",'
+            ' "es": 1, "pkNames": ["id"]}',
+            "missing table",
+        ),
+        (
+            '{"data": [{"id": "1"}], "database": "shop", "table": "t", "isDdl": false, "type": "INSERT",'
+            ' "es": 1, "pkNames": []}',
+            "missing primary key",
+        ),
+        (
+            '{"data": [{"id": null}], "database": "shop", "table": "t", "isDdl": false, "type": "INSERT",'
+            ' "es": 1, "pkNames": ["id"]}',
+            "NULL or absent primary key",
+        ),
     ],
     ids=["not-json", "invalid-utf8", "wrong-shape", "unknown-op", "missing-table", "missing-key", "null-key"],
 )
@@ -147,9 +193,11 @@ def test_dead_letter_kinds(runner, tmp_path, line, error):
     folder = tmp_path / "bad"
     folder.mkdir()
     raw = line if isinstance(line, bytes) else line.encode()
-    (folder / "m.jsonl").write_bytes(raw + b"\n" + b'{"data":[{"id":"9"}],"database":"shop","table":"orders",'
-                                     b'"isDdl":false,"type":"INSERT","es":1,"pkNames":["id"],'
-                                     b'"mysqlType":{"id":"int(11)"}}\n')
+    (folder / "m.jsonl").write_bytes(
+        raw + b"\n" + b'{"data":[{"id":"9"}],"database":"shop","table":"orders",'
+        b'"isDdl":false,"type":"INSERT","es":1,"pkNames":["id"],'
+        b'"mysqlType":{"id":"int(11)"}}\n'
+    )
     summary = runner.batch(folder)
     dead = runner.dead_letters()
     assert len(dead) == 1 and error in dead[0]["error"]
@@ -169,10 +217,32 @@ def test_on_error_fail_stops_naming_the_record(spark, tmp_path):
 
 def test_timestamp_uses_source_timezone_and_unsigned_widens(spark, tmp_path):
     runner = Runner(spark, job(tmp_path, source={"timezone": "Asia/Shanghai"}))
-    types = {"id": "bigint(20) unsigned", "t": "timestamp", "d": "datetime", "b": "varbinary(4)", "u": "int(10) unsigned"}
-    runner.messages(tmp_path, [canal("INSERT", [{"id": "18446744073709551615", "t": "2024-01-01 08:00:00",
-                                                 "d": "2024-01-01 08:00:00", "b": "\u00ff\u0000", "u": "4294967295"}],
-                                     es=ES, types=types)])
+    types = {
+        "id": "bigint(20) unsigned",
+        "t": "timestamp",
+        "d": "datetime",
+        "b": "varbinary(4)",
+        "u": "int(10) unsigned",
+    }
+    runner.messages(
+        tmp_path,
+        [
+            canal(
+                "INSERT",
+                [
+                    {
+                        "id": "18446744073709551615",
+                        "t": "2024-01-01 08:00:00",
+                        "d": "2024-01-01 08:00:00",
+                        "b": "\u00ff\u0000",
+                        "u": "4294967295",
+                    }
+                ],
+                es=ES,
+                types=types,
+            )
+        ],
+    )
     (row,) = runner.mirror()
     assert row["id"] == Decimal("18446744073709551615")
     assert row["t"] == dt.datetime(2024, 1, 1, 0, 0, tzinfo=dt.UTC)
@@ -183,10 +253,13 @@ def test_timestamp_uses_source_timezone_and_unsigned_widens(spark, tmp_path):
 
 def test_tables_include_exclude_and_keys(spark, tmp_path):
     runner = Runner(spark, job(tmp_path, tables={"exclude": ["shop.audit*"]}))
-    summary = runner.messages(tmp_path, [
-        canal("INSERT", [order(1)], es=ES),
-        canal("INSERT", [order(1)], es=ES, table="audit_log"),
-    ])
+    summary = runner.messages(
+        tmp_path,
+        [
+            canal("INSERT", [order(1)], es=ES),
+            canal("INSERT", [order(1)], es=ES, table="audit_log"),
+        ],
+    )
     assert summary.filtered == 1
     assert ids(runner.mirror()) == [1]
     assert not (runner.config.target.path / "shop" / "audit_log").exists()
@@ -198,8 +271,10 @@ def test_changelog_records_every_event_once(runner, tmp_path):
     from tests.helpers import ddl, write_jsonl
 
     folder = tmp_path / "b"
-    write_jsonl(folder / "m.jsonl", [canal("INSERT", [order(1)], es=ES),
-                                     ddl("ALTER", "ALTER TABLE orders ADD COLUMN c int", es=ES + 1)])
+    write_jsonl(
+        folder / "m.jsonl",
+        [canal("INSERT", [order(1)], es=ES), ddl("ALTER", "ALTER TABLE orders ADD COLUMN c int", es=ES + 1)],
+    )
     runner.batch(folder, 0)
     runner.batch(folder, 0)  # replay
     log = DeltaTable(str(runner.config.state.path / "changelog")).to_pyarrow_table().to_pylist()

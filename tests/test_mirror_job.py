@@ -24,34 +24,48 @@ ES = 1_700_000_000_000
 
 def job_file(tmp_path: Path, extra: str = "") -> Path:
     path = tmp_path / "job.yaml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent("""
         name: cli-job
-        source: {{type: files, path: landing, dialect: canal-json}}
-        target: {{path: lake}}
-        state: {{path: state}}
-        trigger: {{interval: 1 second}}
-        """) + extra, encoding="utf-8")
+        source: {type: files, path: landing, dialect: canal-json}
+        target: {path: lake}
+        state: {path: state}
+        trigger: {interval: 1 second}
+        """)
+        + extra,
+        encoding="utf-8",
+    )
     return path
 
 
 def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "REPLICATOR_SPARK_MASTER": "local[2]"}
-    return subprocess.run([sys.executable, "-m", "replicator.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "replicator.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=REPO,
+    )
 
 
 def delta_rows(path: Path) -> list[dict]:
     from deltalake import DeltaTable
 
     table = DeltaTable(str(path)).to_pyarrow_table()
-    return sorted(table.drop_columns([c for c in table.column_names if c.startswith("_cdc")]).to_pylist(),
-                  key=lambda r: json.dumps(r, default=str))
+    return sorted(
+        table.drop_columns([c for c in table.column_names if c.startswith("_cdc")]).to_pylist(),
+        key=lambda r: json.dumps(r, default=str),
+    )
 
 
 def batches(state: Path) -> list[dict]:
     from deltalake import DeltaTable
 
-    return sorted(DeltaTable(str(state / "batches")).to_pyarrow_table().to_pylist(), key=lambda r: r["batch_id"])
+    return sorted(
+        DeltaTable(str(state / "batches")).to_pyarrow_table().to_pylist(), key=lambda r: r["batch_id"]
+    )
 
 
 @pytest.mark.slow
@@ -106,8 +120,14 @@ def test_killed_between_two_tables_commits_then_rerun_applies_once(tmp_path):
         write_jsonl(root / "landing" / "m.jsonl", messages)
         job_file(root)
     env = {**os.environ, "REPLICATOR_SPARK_MASTER": "local[2]"}
-    died = subprocess.run([sys.executable, "-c", CRASH_SCRIPT, str(crashed / "job.yaml")], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    died = subprocess.run(
+        [sys.executable, "-c", CRASH_SCRIPT, str(crashed / "job.yaml")],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert died.returncode == 137, died.stderr[-3000:]
     applied = [p for p in ("orders", "customers") if (crashed / "lake" / "shop" / p / "_delta_log").exists()]
     assert applied, "the first table was committed before the crash"
@@ -117,7 +137,9 @@ def test_killed_between_two_tables_commits_then_rerun_applies_once(tmp_path):
     once = cli("mirror", "--config", str(reference / "job.yaml"), "--available-now")
     assert once.returncode == 0, once.stderr[-3000:]
     for table in ("orders", "customers"):
-        assert delta_rows(crashed / "lake" / "shop" / table) == delta_rows(reference / "lake" / "shop" / table)
+        assert delta_rows(crashed / "lake" / "shop" / table) == delta_rows(
+            reference / "lake" / "shop" / table
+        )
     assert [r["id"] for r in delta_rows(crashed / "lake" / "shop" / "orders")] == [1]
     # The batch was replayed with the same id: the table committed before the crash skipped it.
     from deltalake import DeltaTable
@@ -133,8 +155,14 @@ def test_sigterm_stops_cleanly_after_the_current_batch(tmp_path):
     write_jsonl(tmp_path / "landing" / "a.jsonl", [canal("INSERT", [order(1)], es=ES)])
     config = job_file(tmp_path)
     env = {**os.environ, "REPLICATOR_SPARK_MASTER": "local[2]"}
-    proc = subprocess.Popen([sys.executable, "-m", "replicator.cli", "mirror", "--config", str(config)],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "replicator.cli", "mirror", "--config", str(config)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and not (tmp_path / "state" / "batches" / "_delta_log").exists():
@@ -172,16 +200,36 @@ def test_demo_stream_produces_the_expected_tables(spark, tmp_path):
     orders = mirror("shop/orders")
     expected = spark.createDataFrame(
         [
-            (Decimal(1), "王小明", Decimal("19.90"), "shipped", dt.datetime(2023, 11, 14, 22, 13, 20, 123000),
-             dt.datetime(2023, 11, 14, 22, 13, 21, 500000), 1, None, "update"),
-            (Decimal(30), "Bob", Decimal("1234567890.12"), "new", dt.datetime(2023, 11, 14, 22, 13, 21), None, 1,
-             bytearray(b"\xff\x00A"), "update"),
+            (
+                Decimal(1),
+                "王小明",
+                Decimal("19.90"),
+                "shipped",
+                dt.datetime(2023, 11, 14, 22, 13, 20, 123000),
+                dt.datetime(2023, 11, 14, 22, 13, 21, 500000),
+                1,
+                None,
+                "update",
+            ),
+            (
+                Decimal(30),
+                "Bob",
+                Decimal("1234567890.12"),
+                "new",
+                dt.datetime(2023, 11, 14, 22, 13, 21),
+                None,
+                1,
+                bytearray(b"\xff\x00A"),
+                "update",
+            ),
         ],
         orders.schema,
     )
     assert_df_equality(orders, expected, ignore_nullable=True)
     asd_copy = mirror("test/asd_copy")
-    assert_df_equality(asd_copy, spark.createDataFrame([(2223, "insert")], asd_copy.schema), ignore_nullable=True)
+    assert_df_equality(
+        asd_copy, spark.createDataFrame([(2223, "insert")], asd_copy.schema), ignore_nullable=True
+    )
 
     from deltalake import DeltaTable
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from replicator.model import DECODED_DDL, EVENT_FIELDS
+from replicator.model import EVENT_FIELDS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -97,7 +97,9 @@ def get_dialect(name: str, options: DecodeOptions | None = None) -> Dialect:
     try:
         return _REGISTRY[name](options)
     except KeyError:
-        raise ValueError(f"unknown dialect {name!r}; expected one of {', '.join(sorted(_REGISTRY))}") from None
+        raise ValueError(
+            f"unknown dialect {name!r}; expected one of {', '.join(sorted(_REGISTRY))}"
+        ) from None
 
 
 # ---- helpers shared by the dialect modules ---------------------------------------------------------------
@@ -153,7 +155,9 @@ def seq_tail(row_index: Column | None = None) -> list[Column]:
 def with_row(coordinates: Column, row_index: Column) -> Column:
     from pyspark.sql import functions as F
 
-    return coordinates.withField("row", row_index.cast("int")) if row_index is not None else F.col("coordinates")
+    return (
+        coordinates.withField("row", row_index.cast("int")) if row_index is not None else F.col("coordinates")
+    )
 
 
 def failed(messages: DataFrame, error: Column, dialect: str | None = None) -> DataFrame:
@@ -161,9 +165,7 @@ def failed(messages: DataFrame, error: Column, dialect: str | None = None) -> Da
     from pyspark.sql import functions as F
 
     return finish(
-        messages.select(
-            F.lit(dialect).alias("dialect"), "coordinates", error.alias("error"), F.col("raw")
-        )
+        messages.select(F.lit(dialect).alias("dialect"), "coordinates", error.alias("error"), F.col("raw"))
     )
 
 
@@ -181,33 +183,43 @@ def split_messages(records: DataFrame) -> DataFrame:
     # CAST keeps the bytes as they are; Spark's decode() would raise on the first bad sequence.
     text = F.col("raw").cast("string")
     checked = records.select(
-        "raw", "batch_id", "coordinates", text.alias("text"), F.expr("is_valid_utf8(CAST(raw AS STRING))").alias("utf8_ok")
+        "raw",
+        "batch_id",
+        "coordinates",
+        text.alias("text"),
+        F.expr("is_valid_utf8(CAST(raw AS STRING))").alias("utf8_ok"),
     ).withColumn("json_ok", F.col("utf8_ok") & F.expr("try_parse_json(text) IS NOT NULL"))
     is_array = F.ltrim(F.col("text")).startswith("[")
     messages = F.when(is_array, F.from_json("text", "array<string>")).otherwise(F.array("text"))
-    return checked.select(
-        "raw",
-        "batch_id",
-        "coordinates",
-        F.when(F.col("utf8_ok") & F.col("json_ok"), messages).otherwise(F.array(F.lit(None))).alias("msgs"),
-        first_error(
-            (~F.col("utf8_ok"), "not valid UTF-8"),
-            (~F.col("json_ok"), "not JSON: the record does not parse as a JSON document"),
-        ).alias("record_error"),
-    ).select(
-        "raw",
-        "batch_id",
-        "record_error",
-        F.posexplode_outer("msgs").alias("pos", "message"),
-        "coordinates",
-    ).select(
-        "raw",
-        "batch_id",
-        "message",
-        "record_error",
-        F.col("coordinates").withField("index", F.coalesce(F.col("pos"), F.lit(0)).cast("int")).alias(
-            "coordinates"
-        ),
+    return (
+        checked.select(
+            "raw",
+            "batch_id",
+            "coordinates",
+            F.when(F.col("utf8_ok") & F.col("json_ok"), messages)
+            .otherwise(F.array(F.lit(None)))
+            .alias("msgs"),
+            first_error(
+                (~F.col("utf8_ok"), "not valid UTF-8"),
+                (~F.col("json_ok"), "not JSON: the record does not parse as a JSON document"),
+            ).alias("record_error"),
+        )
+        .select(
+            "raw",
+            "batch_id",
+            "record_error",
+            F.posexplode_outer("msgs").alias("pos", "message"),
+            "coordinates",
+        )
+        .select(
+            "raw",
+            "batch_id",
+            "message",
+            "record_error",
+            F.col("coordinates")
+            .withField("index", F.coalesce(F.col("pos"), F.lit(0)).cast("int"))
+            .alias("coordinates"),
+        )
     )
 
 
@@ -252,25 +264,32 @@ def _detect_and_decode(messages: DataFrame, options: DecodeOptions) -> list[Data
     )
     keyed = keyed.withColumn("candidates", candidates)
     # Resolve known ambiguities: a dialect that is sure of a message wins over its look-alikes.
-    sure = F.filter(
-        F.array(
-            *[
-                F.when(F.array_contains("candidates", d.name) & d.disambiguate(F.col("message"), F.col("keys")),
-                       F.lit(d.name))
-                for d in dialects
-                if d.ambiguous_with
-            ]
-        ),
-        lambda x: x.isNotNull(),
-    ) if any(d.ambiguous_with for d in dialects) else F.array().cast("array<string>")
-    chosen = (
-        F.when(F.size(sure) == 1, sure[0])
-        .when(F.size("candidates") == 1, F.col("candidates")[0])
+    sure = (
+        F.filter(
+            F.array(
+                *[
+                    F.when(
+                        F.array_contains("candidates", d.name)
+                        & d.disambiguate(F.col("message"), F.col("keys")),
+                        F.lit(d.name),
+                    )
+                    for d in dialects
+                    if d.ambiguous_with
+                ]
+            ),
+            lambda x: x.isNotNull(),
+        )
+        if any(d.ambiguous_with for d in dialects)
+        else F.array().cast("array<string>")
     )
+    chosen = F.when(F.size(sure) == 1, sure[0]).when(F.size("candidates") == 1, F.col("candidates")[0])
     keyed = keyed.withColumn("chosen", chosen)
     error = first_error(
         (F.col("keys").isNull(), "not a JSON object: a message must be an object"),
-        (F.size("candidates") == 0, "unknown message format: no dialect recognises its keys; pin source.dialect"),
+        (
+            F.size("candidates") == 0,
+            "unknown message format: no dialect recognises its keys; pin source.dialect",
+        ),
         (
             F.col("chosen").isNull(),
             F.concat(

@@ -22,19 +22,30 @@ MESSAGE_SCHEMA = (
 )
 
 DDL_KINDS = ("CREATE", "ALTER", "ERASE", "RENAME", "TRUNCATE", "CINDEX", "DINDEX", "QUERY", "INIT_DDL")
+# Binary MySQL types; a regex for dialects that test one type per message, see is_binary_type per value.
 BINARY_TYPE = r"(?i)^\s*(binary|varbinary|tinyblob|blob|mediumblob|longblob)\b"
+
+
+def is_binary_type(type_text: Column) -> Column:
+    """binary, varbinary, *blob (MySQL) -- plain substring tests, cheaper than a regex per value."""
+    from pyspark.sql import functions as F
+
+    lowered = F.lower(type_text)
+    return F.coalesce(lowered.contains("binary") | lowered.contains("blob"), F.lit(False))
 
 
 def binary_as_hex(image: Column, types: Column) -> Column:
     """Canal's ISO-8859-1 byte text -> canonical hex, for columns whose mysqlType is binary."""
     from pyspark.sql import functions as F
 
-    return F.transform_values(
-        image,
-        lambda k, v: F.when(
-            F.coalesce(types[k].rlike(BINARY_TYPE), F.lit(False)) & v.isNotNull(),
-            F.lower(F.hex(F.encode(v, "ISO-8859-1"))),
-        ).otherwise(v),
+    binary = F.filter(F.map_keys(types), lambda k: is_binary_type(types[k]))
+    return F.when(F.size(binary) == 0, image).otherwise(
+        F.transform_values(
+            image,
+            lambda k, v: F.when(
+                F.array_contains(binary, k) & v.isNotNull(), F.lower(F.hex(F.encode(v, "ISO-8859-1")))
+            ).otherwise(v),
+        )
     )
 
 
@@ -64,11 +75,15 @@ class CanalJson(Dialect):
     message_schema: ClassVar[str] = MESSAGE_SCHEMA
     # Values of `type` that are rows, mapped to contract ops.
     row_ops: ClassVar[dict[str, str]] = {
-        "INSERT": "insert", "UPDATE": "update", "DELETE": "delete", "INIT": "snapshot",
+        "INSERT": "insert",
+        "UPDATE": "update",
+        "DELETE": "delete",
+        "INIT": "snapshot",
     }
     # Messages that carry no change (TiCDC watermarks): counted as filtered.
     ignored_types: ClassVar[tuple[str, ...]] = ("TIDB_WATERMARK",)
     delete_image: ClassVar[str] = "data"  # DRS JSON puts the deleted row in `old`
+    ddl_types: ClassVar[tuple[str, ...]] = ()  # more `type` values that are DDL (DRS: DDL, INIT_DDL)
 
     def disambiguate(self, message: Column, keys: Column) -> Column:
         """Canal, never DRS: a parameterised mysqlType (``int(11)``; DRS writes bare names, seed 003), a
@@ -113,6 +128,24 @@ class CanalJson(Dialect):
 
         return F.create_map(F.lit("ts"), m["ts"].cast("string"))
 
+    def kind(self, m: Column) -> Column:
+        """The message's upper-case type (DRS falls back to ``opType``)."""
+        from pyspark.sql import functions as F
+
+        return F.upper(m["type"])
+
+    def ddl_kind(self, m: Column, kind: Column) -> Column:
+        """The contract's ddl_kind of a DDL message (DRS reads it from the SQL text of type ``DDL``)."""
+        return kind
+
+    def database(self, m: Column) -> Column:
+        return m["database"]
+
+    def schema(self, m: Column) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.lit(None).cast("string")
+
     # ---- decoding ----------------------------------------------------------------------------------------
     def decode_messages(self, messages: DataFrame) -> DataFrame:
         from pyspark.sql import functions as F
@@ -121,43 +154,59 @@ class CanalJson(Dialect):
             "raw", "batch_id", "coordinates", F.from_json("message", self.message_schema).alias("m")
         )
         m = F.col("m")
-        kind = F.upper(m["type"])
-        is_ddl = F.coalesce(m["isDdl"], F.lit(False)) | kind.isin(*DDL_KINDS)
+        kind = self.kind(m)
+        is_ddl = F.coalesce(m["isDdl"], F.lit(False)) | kind.isin(*DDL_KINDS, *self.ddl_types)
+        ddl_kind = F.when(is_ddl, self.ddl_kind(m, kind))
         op_map = F.create_map(*[x for k, v in self.row_ops.items() for x in (F.lit(k), F.lit(v))])
         op = (
             F.when(kind.isin(*self.ignored_types), F.lit("filtered"))
-            .when(is_ddl & (kind == "TRUNCATE"), F.lit("truncate"))
+            .when(is_ddl & (ddl_kind == "TRUNCATE"), F.lit("truncate"))
             .when(is_ddl, F.lit("ddl"))
             .otherwise(op_map[kind])
         )
         is_dml = ~is_ddl & ~kind.isin(*self.ignored_types)
-        rows = F.when(is_dml & (F.size(m["data"]) > 0), m["data"]).otherwise(F.array(F.lit(None)))
+        # DRS JSON sends the deleted rows in `old` (delete_image).
+        source = F.when(kind == "DELETE", m[self.delete_image]).otherwise(m["data"])
+        rows = F.when(is_dml & (F.size(source) > 0), source).otherwise(F.array(F.lit(None)))
         staged = parsed.select(
-            "raw", "batch_id", "coordinates", "m",
-            op.alias("op"), kind.alias("kind"), is_dml.alias("is_dml"),
+            "raw",
+            "batch_id",
+            "coordinates",
+            "m",
+            op.alias("op"),
+            kind.alias("kind"),
+            ddl_kind.alias("ddl_kind"),
+            is_dml.alias("is_dml"),
             F.posexplode(rows).alias("row_index", "image"),
         )
         types = self.source_types(m)
         image = self.normalize(F.col("image"), types)
         old_row = self.normalize(F.col("m.old")[F.col("row_index")], types)
-        delete_row = image if self.delete_image == "data" else old_row
+        delete_row = image  # the rows of a DELETE come from `delete_image`
         op_c = F.col("op")
         after = F.when(op_c.isin("insert", "update", "snapshot"), image)
         before = F.when(op_c == "update", overlay(image, old_row)).when(op_c == "delete", delete_row)
         pk = F.array_distinct(F.coalesce(m["pkNames"], F.array().cast("array<string>")))
         key_image = F.coalesce(after, before)
+        database = self.database(m)
         error = first_error(
             (F.col("m").isNull() | F.col("kind").isNull(), "wrong shape: no 'type' in the message"),
             (op_c.isNull(), F.concat(F.lit("unknown op type "), F.to_json(F.array(F.col("kind"))))),
             (op_c == "filtered", F.lit(None).cast("string")),
-            (F.coalesce(m["database"], F.lit("")) == "", "missing database"),
+            (F.coalesce(database, F.lit("")) == "", "missing database"),
             (
                 (F.coalesce(m["table"], F.lit("")) == "") & (F.col("is_dml") | (op_c == "truncate")),
                 "missing table",
             ),
-            (F.col("is_dml") & F.col("image").isNull(), "no rows in 'data'"),
+            (
+                F.col("is_dml") & F.col("image").isNull(),
+                F.concat(
+                    F.lit("no rows in '"),
+                    F.when(F.col("kind") == "DELETE", F.lit(self.delete_image)).otherwise(F.lit("data")),
+                    F.lit("'"),
+                ),
+            ),
             (F.col("is_dml") & (F.size(pk) == 0), "missing primary key (pkNames is empty)"),
-            (F.col("is_dml") & (op_c == "delete") & delete_row.isNull(), "no image of the deleted row"),
             (
                 F.col("is_dml") & F.exists(pk, lambda k: key_image[k].isNull()),
                 F.concat(F.lit("NULL or absent primary key column in "), F.to_json(pk)),
@@ -166,10 +215,11 @@ class CanalJson(Dialect):
         return finish(
             staged.select(
                 F.lit(self.name).alias("dialect"),
-                m["database"].alias("database"),
+                database.alias("database"),
+                self.schema(m).alias("schema"),
                 F.when(F.col("m.table") != "", m["table"]).alias("table"),
                 op_c.alias("op"),
-                F.when(is_ddl, F.col("kind")).alias("ddl_kind"),
+                F.col("ddl_kind"),
                 F.when(is_ddl, m["sql"]).alias("ddl_sql"),
                 F.when(is_ddl, m["tableChanges"]).alias("table_changes"),
                 pk.alias("primary_key"),

@@ -59,7 +59,9 @@ class CloudCanalJson(Dialect):
 
         return F.transform_values(
             image,
-            lambda k, v: F.when(is_binary(k) & v.isNotNull(), F.lower(F.hex(F.encode(v, "ISO-8859-1")))).otherwise(v),
+            lambda k, v: F.when(
+                is_binary(k) & v.isNotNull(), F.lower(F.hex(F.encode(v, "ISO-8859-1")))
+            ).otherwise(v),
         )
 
     def decode_messages(self, messages: DataFrame) -> DataFrame:
@@ -91,8 +93,14 @@ class CloudCanalJson(Dialect):
             .otherwise(F.array(F.lit(None)))
         )
         staged = parsed.select(
-            "raw", "batch_id", "coordinates", "m",
-            op.alias("op"), kind.alias("kind"), action.alias("action"), is_dml.alias("is_dml"),
+            "raw",
+            "batch_id",
+            "coordinates",
+            "m",
+            op.alias("op"),
+            kind.alias("kind"),
+            action.alias("action"),
+            is_dml.alias("is_dml"),
             F.posexplode(rows).alias("row_index", "image"),
         )
         types = self.source_types(m)
@@ -131,9 +139,9 @@ class CloudCanalJson(Dialect):
                 F.lit(self.name).alias("dialect"),
                 m["db"].alias("database"),
                 # MySQL has no schema level; CloudCanal repeats the database name there (seed 004).
-                F.when((m["schema"] != "") & (m["schema"] != F.coalesce(m["db"], F.lit(""))), m["schema"]).alias(
-                    "schema"
-                ),
+                F.when(
+                    (m["schema"] != "") & (m["schema"] != F.coalesce(m["db"], F.lit(""))), m["schema"]
+                ).alias("schema"),
                 F.when(m["table"] != "", m["table"]).alias("table"),
                 op_c.alias("op"),
                 F.when(is_ddl, F.col("kind")).alias("ddl_kind"),
@@ -143,17 +151,20 @@ class CloudCanalJson(Dialect):
                 after.alias("after"),
                 before.alias("before"),
                 types.alias("source_types"),
-                F.array(F.coalesce(exec_ms, F.lit(0)), F.coalesce(m["bid"], F.lit(0)),
-                        *seq_tail(F.col("row_index"))).alias("seq"),
+                F.array(
+                    F.coalesce(exec_ms, F.lit(0)),
+                    F.coalesce(m["bid"], F.lit(0)),
+                    *seq_tail(F.col("row_index")),
+                ).alias("seq"),
                 epoch_to_timestamp(execs).alias("event_time"),
                 F.concat_ws(
                     " ",
                     F.when(execs.isNotNull(), F.format_string("execTs=%d", exec_ms)),
                     F.when(m["bid"].isNotNull(), F.format_string("bid=%d", m["bid"])),
                 ).alias("position"),
-                F.create_map(F.lit("sendTs"), m["sendTs"].cast("string"), F.lit("entryType"), m["entryType"]).alias(
-                    "meta"
-                ),
+                F.create_map(
+                    F.lit("sendTs"), m["sendTs"].cast("string"), F.lit("entryType"), m["entryType"]
+                ).alias("meta"),
                 F.col("coordinates").withField("row", F.col("row_index").cast("int")).alias("coordinates"),
                 error.alias("error"),
                 F.when(error.isNotNull(), F.col("raw")).alias("raw"),

@@ -29,9 +29,31 @@ if TYPE_CHECKING:
 # Numbers are read as STRING: lsn, ts_ns and BIGINT UNSIGNED exceed 2^53, and Debezium's docs also quote them
 # ("ts_ms":"1620393591654" in the incremental-snapshot example). Casts happen later with try_cast.
 SOURCE_FIELDS = (
-    "version", "connector", "name", "ts_ms", "ts_sec", "snapshot", "db", "schema", "table", "sequence",
-    "server_id", "gtid", "file", "pos", "row", "thread", "query", "txId", "lsn", "xmin",
-    "change_lsn", "commit_lsn", "event_serial_no", "scn", "commit_scn",
+    "version",
+    "connector",
+    "name",
+    "ts_ms",
+    "ts_sec",
+    "snapshot",
+    "db",
+    "schema",
+    "table",
+    "sequence",
+    "server_id",
+    "gtid",
+    "file",
+    "pos",
+    "row",
+    "thread",
+    "query",
+    "txId",
+    "lsn",
+    "xmin",
+    "change_lsn",
+    "commit_lsn",
+    "event_serial_no",
+    "scn",
+    "commit_scn",
 )
 PAYLOAD_SCHEMA = (
     "op STRING, before STRING, after STRING, "
@@ -40,52 +62,90 @@ PAYLOAD_SCHEMA = (
     "transaction STRUCT<id STRING>, status STRING, message STRING"
 )
 FIELD_SCHEMA = "field STRING, type STRING, name STRING, parameters MAP<STRING, STRING>"
-SCHEMA_SCHEMA = f"name STRING, fields ARRAY<STRUCT<field STRING, name STRING, fields ARRAY<STRUCT<{FIELD_SCHEMA}>>>>"
+SCHEMA_SCHEMA = (
+    f"name STRING, fields ARRAY<STRUCT<field STRING, name STRING, fields ARRAY<STRUCT<{FIELD_SCHEMA}>>>>"
+)
 TABLE_CHANGE_SCHEMA = (
     "type STRING, id STRING, table STRUCT<primaryKeyColumnNames ARRAY<STRING>, columns ARRAY<STRUCT<"
     "name STRING, typeName STRING, typeExpression STRING, length BIGINT, scale BIGINT>>>"
 )
 
-OPS = {"c": "insert", "i": "insert", "u": "update", "d": "delete", "r": "snapshot", "t": "truncate",
-       "m": "filtered", "a": "ddl"}  # "i" and "a" as written in seed 004; "m" = PG logical message
+OPS = {
+    "c": "insert",
+    "i": "insert",
+    "u": "update",
+    "d": "delete",
+    "r": "snapshot",
+    "t": "truncate",
+    "m": "filtered",
+    "a": "ddl",
+}  # "i" and "a" as written in seed 004; "m" = PG logical message
 
 # Logical type name -> source type text for types.column_type (Debezium MySQL/PostgreSQL data type docs).
 LOGICAL_TYPES = {
     "io.debezium.data.VariableScaleDecimal": "decimal",
-    "io.debezium.time.Date": "date", "org.apache.kafka.connect.data.Date": "date", "io.debezium.time.IsoDate": "date",
-    "io.debezium.time.Time": "time", "io.debezium.time.MicroTime": "time", "io.debezium.time.NanoTime": "time",
-    "org.apache.kafka.connect.data.Time": "time", "io.debezium.time.IsoTime": "time",
+    "io.debezium.time.Date": "date",
+    "org.apache.kafka.connect.data.Date": "date",
+    "io.debezium.time.IsoDate": "date",
+    "io.debezium.time.Time": "time",
+    "io.debezium.time.MicroTime": "time",
+    "io.debezium.time.NanoTime": "time",
+    "org.apache.kafka.connect.data.Time": "time",
+    "io.debezium.time.IsoTime": "time",
     "io.debezium.time.ZonedTime": "timetz",
-    "io.debezium.time.Timestamp": "datetime", "io.debezium.time.MicroTimestamp": "datetime",
-    "io.debezium.time.NanoTimestamp": "datetime", "org.apache.kafka.connect.data.Timestamp": "datetime",
+    "io.debezium.time.Timestamp": "datetime",
+    "io.debezium.time.MicroTimestamp": "datetime",
+    "io.debezium.time.NanoTimestamp": "datetime",
+    "org.apache.kafka.connect.data.Timestamp": "datetime",
     # ISO text with a zone designator: an instant (isostring mode renders wall-clock values "...Z").
-    "io.debezium.time.ZonedTimestamp": "timestamp", "io.debezium.time.IsoTimestamp": "timestamp",
+    "io.debezium.time.ZonedTimestamp": "timestamp",
+    "io.debezium.time.IsoTimestamp": "timestamp",
     "io.debezium.time.Year": "year",
-    "io.debezium.time.MicroDuration": "interval", "io.debezium.time.NanoDuration": "interval",
+    "io.debezium.time.MicroDuration": "interval",
+    "io.debezium.time.NanoDuration": "interval",
     "io.debezium.time.Interval": "interval",
-    "io.debezium.data.Json": "json", "io.debezium.data.Enum": "enum", "io.debezium.data.EnumSet": "set",
-    "io.debezium.data.Uuid": "uuid", "io.debezium.data.Xml": "xml", "io.debezium.data.Ltree": "varchar",
-    "io.debezium.data.geometry.Geometry": "geometry", "io.debezium.data.geometry.Geography": "geography",
+    "io.debezium.data.Json": "json",
+    "io.debezium.data.Enum": "enum",
+    "io.debezium.data.EnumSet": "set",
+    "io.debezium.data.Uuid": "uuid",
+    "io.debezium.data.Xml": "xml",
+    "io.debezium.data.Ltree": "varchar",
+    "io.debezium.data.geometry.Geometry": "geometry",
+    "io.debezium.data.geometry.Geography": "geography",
     "io.debezium.data.geometry.Point": "point",
 }
 CONNECT_TYPES = {
-    "int8": "tinyint", "int16": "smallint", "int32": "int", "int64": "bigint", "float32": "float",
-    "float64": "double", "boolean": "boolean", "string": "varchar", "bytes": "varbinary", "array": "array",
-    "map": "json", "struct": "json",
+    "int8": "tinyint",
+    "int16": "smallint",
+    "int32": "int",
+    "int64": "bigint",
+    "float32": "float",
+    "float64": "double",
+    "boolean": "boolean",
+    "string": "varchar",
+    "bytes": "varbinary",
+    "array": "array",
+    "map": "json",
+    "struct": "json",
 }
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 BITS = "io.debezium.data.Bits"
 # epoch unit per logical type: value -> (kind, units per second)
 EPOCH_UNITS = {
-    "io.debezium.time.Timestamp": ("ts", 1000), "org.apache.kafka.connect.data.Timestamp": ("ts", 1000),
-    "io.debezium.time.MicroTimestamp": ("ts", 1_000_000), "io.debezium.time.NanoTimestamp": ("ts", 1_000_000_000),
-    "io.debezium.time.Time": ("time", 1000), "org.apache.kafka.connect.data.Time": ("time", 1000),
-    "io.debezium.time.MicroTime": ("time", 1_000_000), "io.debezium.time.NanoTime": ("time", 1_000_000_000),
+    "io.debezium.time.Timestamp": ("ts", 1000),
+    "org.apache.kafka.connect.data.Timestamp": ("ts", 1000),
+    "io.debezium.time.MicroTimestamp": ("ts", 1_000_000),
+    "io.debezium.time.NanoTimestamp": ("ts", 1_000_000_000),
+    "io.debezium.time.Time": ("time", 1000),
+    "org.apache.kafka.connect.data.Time": ("time", 1000),
+    "io.debezium.time.MicroTime": ("time", 1_000_000),
+    "io.debezium.time.NanoTime": ("time", 1_000_000_000),
 }
+VS_BYTES = "try_to_binary(vs.value, 'base64')"
 DAY_TYPES = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")
 
 
-# ---- Spark SQL text builders (used inside transform_values lambdas, hence SQL strings) ----------------------
+# ---- Spark SQL text builders (used inside transform_values lambdas, hence SQL strings) ------------------
 
 
 def _let(value: str, var: str, body: str) -> str:
@@ -96,7 +156,8 @@ def _let(value: str, var: str, body: str) -> str:
 def _limbs_times_add(limbs: str, factor: str, addend: str, var: str) -> str:
     """``limbs * factor + addend`` on little-endian base-10^9 limbs (ARRAY<BIGINT>); exact for any length."""
     return (
-        f"aggregate({limbs}, named_struct('c', CAST({addend} AS BIGINT), 'o', CAST(array() AS ARRAY<BIGINT>)), "
+        f"aggregate({limbs}, named_struct('c', CAST({addend} AS BIGINT), "
+        f"'o', CAST(array() AS ARRAY<BIGINT>)), "
         f"({var}s, {var}l) -> named_struct('c', ({var}l * {factor} + {var}s.c) div 1000000000, "
         f"'o', concat({var}s.o, array(({var}l * {factor} + {var}s.c) % 1000000000))), "
         f"{var}s -> IF({var}s.c > 0, concat({var}s.o, array({var}s.c)), {var}s.o))"
@@ -113,16 +174,19 @@ def _limbs_text(limbs: str, var: str) -> str:
 
 def unsigned_text_sql(byte_values: str, var: str = "u") -> str:
     """Decimal text of an unsigned big-endian integer given as ARRAY<INT> of byte values."""
-    limbs = f"aggregate({byte_values}, array(CAST(0 AS BIGINT)), ({var}a, {var}b) -> " + _limbs_times_add(
-        f"{var}a", "256", f"{var}b", var + "m"
-    ) + ")"
+    limbs = (
+        f"aggregate({byte_values}, array(CAST(0 AS BIGINT)), ({var}a, {var}b) -> "
+        + _limbs_times_add(f"{var}a", "256", f"{var}b", var + "m")
+        + ")"
+    )
     return _limbs_text(limbs, var + "t")
 
 
 def byte_values_sql(binary: str, var: str = "h") -> str:
-    """BINARY -> ARRAY<INT> of byte values 0..255 (empty array for empty bytes: sequence(1, 0) counts down)."""
+    """BINARY -> ARRAY<INT> of byte values 0..255 (empty for empty bytes: sequence(1, 0) counts down)."""
     return _let(
-        f"hex({binary})", var,
+        f"hex({binary})",
+        var,
         f"IF(length({var}) = 0, CAST(array() AS ARRAY<INT>), transform(sequence(1, length({var}) div 2), "
         f"{var}i -> CAST(conv(substr({var}, 2 * {var}i - 1, 2), 16, 10) AS INT)))",
     )
@@ -138,25 +202,37 @@ def decimal_text_sql(binary: str, scale: str) -> str:
         + _limbs_text(
             _limbs_times_add(
                 "aggregate(transform(b, x -> 255 - x), array(CAST(0 AS BIGINT)), (na, nb) -> "
-                + _limbs_times_add("na", "256", "nb", "nm") + ")",
-                "1", "1", "np",
+                + _limbs_times_add("na", "256", "nb", "nm")
+                + ")",
+                "1",
+                "1",
+                "np",
             ),
             "nt",
         )
-        + ", " + unsigned_text_sql("b", "p") + "))"
+        + ", "
+        + unsigned_text_sql("b", "p")
+        + "))"
     )
     negative = "(size(b) > 0 AND get(b, 0) >= 128)"
     scaled = (
         "IF(s <= 0, IF(d = '0', d, concat(d, repeat('0', -s))), "
-        + _let("lpad(d, greatest(length(d), s + 1), '0')", "q",
-               "concat(substr(q, 1, length(q) - s), '.', substr(q, length(q) - s + 1))")
+        + _let(
+            "lpad(d, greatest(length(d), s + 1), '0')",
+            "q",
+            "concat(substr(q, 1, length(q) - s), '.', substr(q, length(q) - s + 1))",
+        )
         + ")"
     )
     signed = f"concat(IF({negative}, '-', ''), {scaled})"
     return _let(
-        bytes_sql, "b",
-        _let(f"named_struct('d', {magnitude}, 's', CAST({scale} AS INT))", "ds",
-             _let("ds.d", "d", _let("ds.s", "s", signed))),
+        bytes_sql,
+        "b",
+        _let(
+            f"named_struct('d', {magnitude}, 's', CAST({scale} AS INT))",
+            "ds",
+            _let("ds.d", "d", _let("ds.s", "s", signed)),
+        ),
     )
 
 
@@ -172,8 +248,8 @@ def _hms(sign: str, total: str, unit: int, digits: int) -> str:
         f"{digits}, '0'), '0+$', '')))"
     )
     return (
-        f"concat({sign}, format_string('%02d:%02d:%02d', {total} div ({unit} * 3600), "
-        f"({total} div ({unit} * 60)) % 60, ({total} div {unit}) % 60), {frac})"
+        f"concat({sign}, format_string('%02d:%02d:%02d', {total} div {unit * 3600}L, "
+        f"({total} div {unit * 60}L) % 60, ({total} div {unit}L) % 60), {frac})"
     )
 
 
@@ -195,8 +271,10 @@ def epoch_text_sql(value: str, kind: str, unit: int) -> str:
 
 def date_text_sql(value: str) -> str:
     return _let(
-        f"try_cast({value} AS BIGINT)", "dv",
-        "IF(dv IS NULL OR abs(dv) > 3000000, NULL, CAST(date_add(DATE'1970-01-01', CAST(dv AS INT)) AS STRING))",
+        f"try_cast({value} AS BIGINT)",
+        "dv",
+        "IF(dv IS NULL OR abs(dv) > 3000000, NULL, "
+        "CAST(date_add(DATE'1970-01-01', CAST(dv AS INT)) AS STRING))",
     )
 
 
@@ -209,10 +287,11 @@ def value_text_sql(v: str, f: str, is_string: str) -> str:
         f"WHEN {v} IS NULL OR {f} IS NULL THEN {v}",
         f"WHEN {f}.name = '{DECIMAL}' AND {is_string} THEN {decimal_text_sql(b64, f'{f}.parameters.scale')}",
         f"WHEN {f}.name = '{DECIMAL}' THEN {v}",
-        "WHEN {f}.name = 'io.debezium.data.VariableScaleDecimal' THEN ".format(f=f)
+        f"WHEN {f}.name = 'io.debezium.data.VariableScaleDecimal' THEN "
         + _let(
-            f"from_json({v}, 'scale INT, value STRING')", "vs",
-            f"IF(vs.value IS NULL, NULL, {decimal_text_sql('try_to_binary(vs.value, ' + chr(39) + 'base64' + chr(39) + ')', 'vs.scale')})",
+            f"from_json({v}, 'scale INT, value STRING')",
+            "vs",
+            f"IF(vs.value IS NULL, NULL, {decimal_text_sql(VS_BYTES, 'vs.scale')})",
         ),
         f"WHEN {f}.name IN ({', '.join(repr(n) for n in DAY_TYPES)}) THEN {date_text_sql(v)}",
     ]
@@ -262,7 +341,8 @@ class Debezium(Dialect):
 
     def matches(self, keys: Column) -> Column:
         """``{"schema", "payload"}`` (JsonConverter with schemas), or a bare payload: ``op`` + ``source`` +
-        ``before``/``after``, or a schema-change event ``source`` + ``ddl`` + ``databaseName``/``tableChanges``."""
+        ``before``/``after``, or a schema-change event ``source`` + ``ddl`` +
+        ``databaseName``/``tableChanges``."""
         from pyspark.sql import functions as F
 
         def has(k: str) -> Column:
@@ -281,7 +361,9 @@ class Debezium(Dialect):
         head = F.from_json("message", "schema STRING, payload STRING")
         enveloped = F.coalesce(F.array_contains(keys, "payload"), F.lit(False))
         staged = messages.select(
-            "raw", "batch_id", "coordinates",
+            "raw",
+            "batch_id",
+            "coordinates",
             keys.isNull().alias("not_object"),
             enveloped.alias("enveloped"),
             F.when(enveloped, head["payload"]).otherwise(F.col("message")).alias("payload_text"),
@@ -304,8 +386,10 @@ class Debezium(Dialect):
             raw_map = F.from_json(p[image], "MAP<STRING, STRING>")
             kinds = F.when(
                 F.size(F.col("ft")) > 0,
-                F.expr(f"transform_values(CAST(parse_json(p.{image}) AS MAP<STRING, VARIANT>), "
-                       "(k, v) -> schema_of_variant(v) = 'STRING')"),
+                F.expr(
+                    f"transform_values(CAST(parse_json(p.{image}) AS MAP<STRING, VARIANT>), "
+                    "(k, v) -> schema_of_variant(v) = 'STRING')"
+                ),
             )
             staged = staged.withColumn(f"{image}_raw", F.when(F.size(raw_map) > 0, raw_map)).withColumn(
                 f"{image}_str", kinds
@@ -313,13 +397,14 @@ class Debezium(Dialect):
         convert = value_text_sql("v", "ft[k]", "coalesce({img}_str[k], false)")
         for image in ("after", "before"):
             staged = staged.withColumn(
-                f"{image}_img", F.expr(f"transform_values({image}_raw, (k, v) -> {convert.format(img=image)})")
+                f"{image}_img",
+                F.expr(f"transform_values({image}_raw, (k, v) -> {convert.format(img=image)})"),
             )
         staged = staged.withColumn(
             "source_types",
-            F.coalesce(F.expr(f"transform_values(ft, (k, f) -> {source_type_sql('f')})"), F.create_map()).cast(
-                "map<string,string>"
-            ),
+            F.coalesce(
+                F.expr(f"transform_values(ft, (k, f) -> {source_type_sql('f')})"), F.create_map()
+            ).cast("map<string,string>"),
         )
 
         # Schema-change events: tableChanges is an array (Debezium) or one object (seed 004).
@@ -329,16 +414,23 @@ class Debezium(Dialect):
         )
         first_tc = F.from_json(F.get(tc_list, 0), TABLE_CHANGE_SCHEMA)
         op_code = p["op"]
-        is_ddl = p["ddl"].isNotNull() | p["tableChanges"].isNotNull() | (op_code == "a")
+        is_ddl = (
+            p["ddl"].isNotNull() | p["tableChanges"].isNotNull() | F.coalesce(op_code == "a", F.lit(False))
+        )
         heartbeat = F.coalesce(s["name"].contains("Heartbeat"), F.lit(False)) | (
-            op_code.isNull() & ~is_ddl & src.isNull() & p["ts_ms"].isNotNull() & p["before"].isNull()
+            op_code.isNull()
+            & ~is_ddl
+            & src.isNull()
+            & p["ts_ms"].isNotNull()
+            & p["before"].isNull()
             & p["after"].isNull()
         )
         tx_marker = F.coalesce(p["status"].isin("BEGIN", "END"), F.lit(False)) & op_code.isNull()
         key_message = F.coalesce(s["name"].endswith("Key"), F.lit(False)) & op_code.isNull() & ~is_ddl
+        bad_payload = F.col("enveloped") & ~F.coalesce(F.ltrim("payload_text").startswith("{"), F.lit(True))
         op_map = F.create_map(*[x for k, v in OPS.items() for x in (F.lit(k), F.lit(v))])
         op = (
-            F.when(F.col("not_object"), F.lit(None))
+            F.when(F.col("not_object") | bad_payload, F.lit(None))
             .when(p.isNull() | heartbeat | tx_marker, F.lit("filtered"))
             .when(is_ddl, F.lit("ddl"))
             .otherwise(op_map[op_code])
@@ -352,55 +444,83 @@ class Debezium(Dialect):
         database = F.when(op_c == "ddl", F.coalesce(p["databaseName"], src["db"])).otherwise(src["db"])
         schema = F.when(op_c == "ddl", F.coalesce(p["schemaName"], src["schema"])).otherwise(src["schema"])
         table = F.coalesce(
-            F.when(src["table"] != "", src["table"]), F.when((op_c == "ddl") & (table_from_id != ""), table_from_id)
+            F.when(src["table"] != "", src["table"]),
+            F.when((op_c == "ddl") & (table_from_id != ""), table_from_id),
         )
 
         after = F.when(op_c.isin("insert", "update", "snapshot"), F.col("after_img"))
         before = F.when(op_c.isin("update", "delete"), F.col("before_img"))
-        bad_values = F.array_sort(F.array_union(*[
-            F.map_keys(F.map_filter(F.col(f"{i}_img"), lambda k, v: v.isNull() & F.col(f"{i}_raw")[k].isNotNull()))
-            for i in ("after", "before")
-        ]))
+
+        def lost(image: str) -> Column:
+            """Columns whose JSON value was not NULL but did not convert (bad base64, bad number)."""
+            raw = F.col(f"{image}_raw")
+            failed = F.map_filter(F.col(f"{image}_img"), lambda k, v: v.isNull() & raw[k].isNotNull())
+            return F.coalesce(F.map_keys(failed), F.array().cast("array<string>"))
+
+        bad_values = F.array_sort(F.array_union(lost("after"), lost("before")))
         ddl_kind = F.coalesce(
             F.when(_ddl_kind_from_text(p["ddl"]) == "RENAME", F.lit("RENAME")),
-            F.upper(first_tc["type"]).cast("string").alias("x"),
+            F.upper(first_tc["type"]),
             F.when(p["ddl"].isNotNull(), _ddl_kind_from_text(p["ddl"])),
         )
         ddl_kind = F.when(ddl_kind == "DROP", F.lit("ERASE")).otherwise(ddl_kind)
         columns = first_tc["table"]["columns"]
-        ddl_types = F.map_from_entries(F.transform(columns, lambda c: F.struct(
-            c["name"].alias("key"),
-            F.lower(
-                F.when(F.coalesce(c["typeExpression"], F.lit("")).contains("("), c["typeExpression"])
-                .when(c["length"].isNotNull(), F.concat(
-                    F.coalesce(c["typeExpression"], c["typeName"]), F.lit("("), c["length"].cast("string"),
-                    F.when(c["scale"].isNotNull(), F.concat(F.lit(","), c["scale"].cast("string"))).otherwise(""),
-                    F.lit(")"),
-                ))
-                .otherwise(F.coalesce(c["typeExpression"], c["typeName"]))
-            ).alias("value"),
-        )))
+        ddl_types = F.map_from_entries(
+            F.transform(
+                columns,
+                lambda c: F.struct(
+                    c["name"].alias("key"),
+                    F.lower(
+                        F.when(F.coalesce(c["typeExpression"], F.lit("")).contains("("), c["typeExpression"])
+                        .when(
+                            c["length"].isNotNull(),
+                            F.concat(
+                                F.coalesce(c["typeExpression"], c["typeName"]),
+                                F.lit("("),
+                                c["length"].cast("string"),
+                                F.when(
+                                    c["scale"].isNotNull(), F.concat(F.lit(","), c["scale"].cast("string"))
+                                ).otherwise(""),
+                                F.lit(")"),
+                            ),
+                        )
+                        .otherwise(F.coalesce(c["typeExpression"], c["typeName"]))
+                    ).alias("value"),
+                ),
+            )
+        )
         pk = F.when(op_c == "ddl", first_tc["table"]["primaryKeyColumnNames"])
         pk = F.coalesce(pk, F.array().cast("array<string>"))
 
         error = first_error(
             (F.col("not_object"), "not a JSON object: a message must be an object"),
-            (F.col("enveloped") & F.col("payload_text").isNotNull() & p.isNull(),
-             "wrong shape: 'payload' is not a JSON object"),
-            (key_message, "a Debezium message key (schema name ends with 'Key'), not a value: "
-                          "decode the topic's values"),
+            (bad_payload, "wrong shape: 'payload' is not a JSON object"),
+            (
+                key_message,
+                "a Debezium message key (schema name ends with 'Key'), not a value: "
+                "decode the topic's values",
+            ),
             (op_c == "filtered", F.lit(None).cast("string")),
             (op_code.isNull() & ~is_ddl, "wrong shape: the Debezium payload has no 'op' (nor 'ddl')"),
             (op_c.isNull(), F.concat(F.lit("unknown op "), F.to_json(F.array(op_code)))),
             (F.coalesce(database, F.lit("")) == "", "missing database (source.db)"),
             ((dml | (op_c == "truncate")) & table.isNull(), "missing table (source.table)"),
-            (op_c.isin("insert", "update", "snapshot") & F.col("after_img").isNull(),
-             F.concat(F.lit("no 'after' image for op "), F.to_json(F.array(op_code)))),
-            ((op_c == "delete") & F.col("before_img").isNull(),
-             "delete without a 'before' image: the row cannot be identified (PostgreSQL: the table needs a "
-             "primary key with REPLICA IDENTITY DEFAULT, or REPLICA IDENTITY FULL)"),
-            (dml & (F.size(bad_values) > 0),
-             F.concat(F.lit("values do not decode as their schema types: columns "), F.to_json(bad_values))),
+            (
+                op_c.isin("insert", "update", "snapshot") & F.col("after_img").isNull(),
+                F.concat(F.lit("no 'after' image for op "), F.to_json(F.array(op_code))),
+            ),
+            (
+                (op_c == "delete") & F.col("before_img").isNull(),
+                "delete without a 'before' image: the row cannot be identified (PostgreSQL: the table "
+                "needs a "
+                "primary key with REPLICA IDENTITY DEFAULT, or REPLICA IDENTITY FULL)",
+            ),
+            (
+                dml & (F.size(bad_values) > 0),
+                F.concat(
+                    F.lit("values do not decode as their schema types: columns "), F.to_json(bad_values)
+                ),
+            ),
         )
         order, position = self.order_key(src), self.position(src)
         ts = F.coalesce(
@@ -408,7 +528,9 @@ class Debezium(Dialect):
             F.nullif(F.expr("try_cast(p.source.ts_sec AS BIGINT)"), F.lit(0)),
             F.expr("try_cast(p.ts_ms AS BIGINT)"),
         )
-        seq_key = F.when(F.size(order) > 0, order).otherwise(F.array(F.coalesce(ts, F.lit(0)), F.lit(0), F.lit(0)))
+        seq_key = F.when(F.size(order) > 0, order).otherwise(
+            F.array(F.coalesce(ts, F.lit(0)), F.lit(0), F.lit(0))
+        )
         return finish(
             staged.select(
                 F.lit(self.name).alias("dialect"),
@@ -418,14 +540,15 @@ class Debezium(Dialect):
                 op_c.alias("op"),
                 F.when(op_c == "ddl", ddl_kind).alias("ddl_kind"),
                 F.when(op_c == "ddl", p["ddl"]).alias("ddl_sql"),
-                F.when(op_c == "ddl", F.when(F.size(tc_list) > 1, tc_text).otherwise(F.get(tc_list, 0))).alias(
-                    "table_changes"
-                ),
+                F.when(
+                    op_c == "ddl", F.when(F.size(tc_list) > 1, tc_text).otherwise(F.get(tc_list, 0))
+                ).alias("table_changes"),
                 pk.alias("primary_key"),
                 after.alias("after"),
                 before.alias("before"),
                 F.when(op_c == "ddl", F.coalesce(ddl_types, F.create_map().cast("map<string,string>")))
-                .otherwise(F.col("source_types")).alias("source_types"),
+                .otherwise(F.col("source_types"))
+                .alias("source_types"),
                 F.concat(seq_key, F.array(*seq_tail())).alias("seq"),
                 epoch_to_timestamp(ts).alias("event_time"),
                 F.coalesce(position, F.concat(F.lit("ts_ms:"), ts.cast("string"))).alias("position"),
@@ -446,20 +569,37 @@ class Debezium(Dialect):
             return F.expr(f"try_cast(p.source.{field} AS BIGINT)")
 
         def lsn_parts(field: str) -> list[Column]:
-            part = [F.expr(f"try_cast(conv(get(split(p.source.{field}, ':'), {i}), 16, 10) AS BIGINT)") for i in range(3)]
+            part = [
+                F.expr(f"try_cast(conv(get(split(p.source.{field}, ':'), {i}), 16, 10) AS BIGINT)")
+                for i in range(3)
+            ]
             return [part[0], part[1] * 65536 + part[2]]
 
         file_no = F.expr(r"try_cast(regexp_extract(p.source.file, '(\\d+)$', 1) AS BIGINT)")
         empty = F.array().cast("array<bigint>")
         return (
-            F.when(F.coalesce(src["file"], F.lit("")) != "",
-                   F.array(F.coalesce(file_no, F.lit(0)), F.coalesce(num("pos"), F.lit(0)),
-                           F.coalesce(num("row"), F.lit(0))))
+            F.when(
+                F.coalesce(src["file"], F.lit("")) != "",
+                F.array(
+                    F.coalesce(file_no, F.lit(0)),
+                    F.coalesce(num("pos"), F.lit(0)),
+                    F.coalesce(num("row"), F.lit(0)),
+                ),
+            )
             .when(num("lsn").isNotNull(), F.array(num("lsn"), F.lit(0), F.lit(0)))
-            .when(src["commit_lsn"].isNotNull() | src["change_lsn"].isNotNull(),
-                  F.array(*[F.coalesce(x, F.lit(0)) for x in (*lsn_parts("commit_lsn"), *lsn_parts("change_lsn"),
-                                                               num("event_serial_no"))]))
-            .when(num("scn").isNotNull(), F.array(F.coalesce(num("commit_scn"), num("scn")), num("scn"), F.lit(0)))
+            .when(
+                src["commit_lsn"].isNotNull() | src["change_lsn"].isNotNull(),
+                F.array(
+                    *[
+                        F.coalesce(x, F.lit(0))
+                        for x in (*lsn_parts("commit_lsn"), *lsn_parts("change_lsn"), num("event_serial_no"))
+                    ]
+                ),
+            )
+            .when(
+                num("scn").isNotNull(),
+                F.array(F.coalesce(num("commit_scn"), num("scn")), num("scn"), F.lit(0)),
+            )
             .otherwise(empty)
             .cast("array<bigint>")
         )
@@ -467,16 +607,30 @@ class Debezium(Dialect):
     def position(self, src: Column) -> Column:
         from pyspark.sql import functions as F
 
-        gtid = F.when(F.coalesce(src["gtid"], F.lit("")) != "", F.concat(F.lit(" gtid="), src["gtid"])).otherwise("")
+        gtid = F.when(
+            F.coalesce(src["gtid"], F.lit("")) != "", F.concat(F.lit(" gtid="), src["gtid"])
+        ).otherwise("")
         return (
-            F.when(F.coalesce(src["file"], F.lit("")) != "", F.concat(src["file"], F.lit(":"), src["pos"], gtid))
+            F.when(
+                F.coalesce(src["file"], F.lit("")) != "", F.concat(src["file"], F.lit(":"), src["pos"], gtid)
+            )
             .when(src["lsn"].isNotNull(), F.concat(F.lit("lsn:"), src["lsn"]))
-            .when(src["commit_lsn"].isNotNull() | src["change_lsn"].isNotNull(), F.concat_ws(
-                " ", F.concat(F.lit("commit_lsn:"), src["commit_lsn"]), F.concat(F.lit("change_lsn:"), src["change_lsn"])
-            ))
-            .when(src["scn"].isNotNull(), F.concat_ws(
-                " ", F.concat(F.lit("scn:"), src["scn"]), F.concat(F.lit("commit_scn:"), src["commit_scn"])
-            ))
+            .when(
+                src["commit_lsn"].isNotNull() | src["change_lsn"].isNotNull(),
+                F.concat_ws(
+                    " ",
+                    F.concat(F.lit("commit_lsn:"), src["commit_lsn"]),
+                    F.concat(F.lit("change_lsn:"), src["change_lsn"]),
+                ),
+            )
+            .when(
+                src["scn"].isNotNull(),
+                F.concat_ws(
+                    " ",
+                    F.concat(F.lit("scn:"), src["scn"]),
+                    F.concat(F.lit("commit_scn:"), src["commit_scn"]),
+                ),
+            )
         )
 
     def meta(self, p: Column) -> Column:
@@ -484,8 +638,11 @@ class Debezium(Dialect):
 
         src = p["source"]
         pairs = {
-            "connector": src["connector"], "snapshot": src["snapshot"], "ts_ms": p["ts_ms"],
-            "transaction_id": F.coalesce(p["transaction"]["id"], src["txId"]), "query": src["query"],
+            "connector": src["connector"],
+            "snapshot": src["snapshot"],
+            "ts_ms": p["ts_ms"],
+            "transaction_id": F.coalesce(p["transaction"]["id"], src["txId"]),
+            "query": src["query"],
             "server_id": src["server_id"],
         }
         return F.map_filter(

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from replicator.dialects.base import epoch_to_timestamp, finish, first_error, seq_tail
-from replicator.dialects.canal_json import MESSAGE_SCHEMA, CanalJson, overlay
+from replicator.dialects.canal_json import MESSAGE_SCHEMA, CanalJson
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column
 
 DRS_SCHEMA = (
     f"{MESSAGE_SCHEMA}, jobId STRING, shardId STRING, identifier STRING, eventId STRING, "
@@ -70,9 +69,12 @@ def byte_list_hex(value: Column) -> Column:
     items = F.from_json(value, "array<int>")
     in_range = F.forall(items, lambda x: x.between(-128, 255))
     listed = F.array_join(F.transform(items, lambda x: F.lpad(F.hex(F.pmod(x, F.lit(256))), 2, "0")), "")
-    return F.when(
-        F.ltrim(value).startswith("["), F.when(F.coalesce(in_range, F.lit(False)), F.lower(listed))
-    ).otherwise(F.lower(F.regexp_replace(value, r"^\\x", "")))
+    is_list = F.ltrim(value).startswith("[")
+    return (
+        F.when(is_list & F.coalesce(in_range, F.lit(False)), F.lower(listed))
+        .when(is_list, value)
+        .otherwise(F.lower(F.regexp_replace(value, r"^\\x", "")))
+    )
 
 
 def epoch_iso(value: Column) -> Column:
@@ -82,20 +84,20 @@ def epoch_iso(value: Column) -> Column:
     from pyspark.sql import functions as F
 
     negative = value.startswith("-")
-    whole = F.regexp_extract(value, r"^-?(\d+)", 1).cast("bigint")
+    whole = F.regexp_extract(value, r"^-?(\d+)", 1).try_cast("bigint")
     digits = F.regexp_extract(value, r"\.(\d+)$", 1)
     has_frac = F.coalesce(F.regexp_extract(digits, "[1-9]", 0) != "", F.lit(False))
-    scale = F.concat(F.lit("1"), F.repeat(F.lit("0"), F.length(digits))).cast("bigint")
+    scale = F.concat(F.lit("1"), F.repeat(F.lit("0"), F.length(digits))).try_cast("bigint")
     borrow = negative & has_frac
     seconds = F.when(negative, -whole).otherwise(whole) - F.when(borrow, 1).otherwise(0)
     frac = F.when(
-        borrow, F.lpad((scale - digits.cast("bigint")).cast("string"), F.length(digits), "0")
+        borrow, F.lpad((scale - digits.try_cast("bigint")).cast("string"), F.length(digits), "0")
     ).otherwise(digits)
     instant = F.timestamp_seconds(seconds)
     iso = F.concat(
         F.date_format(instant, "yyyy-MM-dd'T'HH:mm:ss"),
         F.when(F.length(digits) > 0, F.concat(F.lit("."), frac)).otherwise(F.lit("")),
-        # The offset of the session zone (UTC in replicator's sessions): the text names the instant either way.
+        # The session zone's offset (UTC in replicator's sessions): the text names the instant either way.
         F.date_format(instant, "XXX"),
     )
     return F.when((whole == 0) & ~has_frac, F.lit("0000-00-00 00:00:00")).otherwise(iso)
@@ -194,86 +196,3 @@ class DrsJson(CanalJson):
         names = ("ts", "jobId", "shardId", "identifier", "eventId", "dbType")
         pairs = [x for n in names for x in (F.lit(n), m[n].cast("string"))]
         return F.map_filter(F.create_map(*pairs), lambda k, v: v.isNotNull() & (v != ""))
-
-    # ---- decoding ----------------------------------------------------------------------------------------
-    # canal_json.CanalJson.decode_messages with four more hooks (kind, ddl_kind, database, schema) and the
-    # rows of a DELETE read from `delete_image`; see the proposed change in docs/dialects/drs-json.md.
-    def decode_messages(self, messages: DataFrame) -> DataFrame:
-        from pyspark.sql import functions as F
-
-        parsed = messages.select(
-            "raw", "batch_id", "coordinates", F.from_json("message", self.message_schema).alias("m")
-        )
-        m = F.col("m")
-        kind = self.kind(m)
-        is_ddl = F.coalesce(m["isDdl"], F.lit(False)) | kind.isin(*self.ddl_types)
-        ddl_kind = F.when(is_ddl, self.ddl_kind(m, kind))
-        op_map = F.create_map(*[x for k, v in self.row_ops.items() for x in (F.lit(k), F.lit(v))])
-        op = (
-            F.when(is_ddl & (ddl_kind == "TRUNCATE"), F.lit("truncate"))
-            .when(is_ddl, F.lit("ddl"))
-            .otherwise(op_map[kind])
-        )
-        is_dml = ~is_ddl
-        source = F.when(kind == "DELETE", m[self.delete_image]).otherwise(m["data"])
-        rows = F.when(is_dml & (F.size(source) > 0), source).otherwise(F.array(F.lit(None)))
-        staged = parsed.select(
-            "raw",
-            "batch_id",
-            "coordinates",
-            "m",
-            op.alias("op"),
-            kind.alias("kind"),
-            ddl_kind.alias("ddl_kind"),
-            is_dml.alias("is_dml"),
-            F.posexplode(rows).alias("row_index", "image"),
-        )
-        types = self.source_types(m)
-        image = self.normalize(F.col("image"), types)
-        old_row = self.normalize(F.col("m.old")[F.col("row_index")], types)
-        delete_row = image
-        op_c = F.col("op")
-        after = F.when(op_c.isin("insert", "update", "snapshot"), image)
-        before = F.when(op_c == "update", overlay(image, old_row)).when(op_c == "delete", delete_row)
-        pk = F.array_distinct(F.coalesce(m["pkNames"], F.array().cast("array<string>")))
-        key_image = F.coalesce(after, before)
-        database = self.database(m)
-        rows_key = "data" if self.delete_image == "data" else "data' (or for DELETE 'old"
-        error = first_error(
-            (F.col("m").isNull() | F.col("kind").isNull(), "wrong shape: no 'type' in the message"),
-            (op_c.isNull(), F.concat(F.lit("unknown op type "), F.to_json(F.array(F.col("kind"))))),
-            (database.isNull(), "missing database"),
-            (
-                (F.coalesce(m["table"], F.lit("")) == "") & (F.col("is_dml") | (op_c == "truncate")),
-                "missing table",
-            ),
-            (F.col("is_dml") & F.col("image").isNull(), f"no rows in '{rows_key}'"),
-            (F.col("is_dml") & (F.size(pk) == 0), "missing primary key (pkNames is empty)"),
-            (
-                F.col("is_dml") & F.exists(pk, lambda k: key_image[k].isNull()),
-                F.concat(F.lit("NULL or absent primary key column in "), F.to_json(pk)),
-            ),
-        )
-        return finish(
-            staged.select(
-                F.lit(self.name).alias("dialect"),
-                database.alias("database"),
-                self.schema(m).alias("schema"),
-                F.when(F.col("m.table") != "", m["table"]).alias("table"),
-                op_c.alias("op"),
-                F.col("ddl_kind"),
-                F.when(~F.col("is_dml"), m["sql"]).alias("ddl_sql"),
-                F.when(~F.col("is_dml"), m["tableChanges"]).alias("table_changes"),
-                pk.alias("primary_key"),
-                after.alias("after"),
-                before.alias("before"),
-                types.alias("source_types"),
-                F.array(*self.order_key(m), *seq_tail(F.col("row_index"))).alias("seq"),
-                epoch_to_timestamp(m["es"]).alias("event_time"),
-                self.position(m).alias("position"),
-                self.meta(m).alias("meta"),
-                F.col("coordinates").withField("row", F.col("row_index").cast("int")).alias("coordinates"),
-                error.alias("error"),
-                F.when(error.isNotNull(), F.col("raw")).alias("raw"),
-            )
-        )

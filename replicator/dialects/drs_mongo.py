@@ -112,8 +112,8 @@ class DrsMongo(Dialect):
         before = F.when(action_c == "delete", F.create_map(F.lit("_id"), doc_id))
         keys = F.json_object_keys(value)
         cluster = F.regexp_extract(F.coalesce(m["clusterTime"], F.lit("")), r"^\s*(\d+):(\d+)\s*$", 0)
-        seconds = F.regexp_extract(m["clusterTime"], r"^\s*(\d+):", 1).cast("bigint")
-        increment = F.regexp_extract(m["clusterTime"], r":(\d+)\s*$", 1).cast("bigint")
+        seconds = F.regexp_extract(m["clusterTime"], r"^\s*(\d+):", 1).try_cast("bigint")
+        increment = F.regexp_extract(m["clusterTime"], r":(\d+)\s*$", 1).try_cast("bigint")
         helpers = "ObjectId, ISODate, NumberLong, NumberInt, NumberDecimal, UUID, BinData"
         error = first_error(
             (m.isNull() | m["op"].isNull(), "wrong shape: no 'op' in the message"),
@@ -129,7 +129,7 @@ class DrsMongo(Dialect):
                 f"'value' is not JSON (after rewriting the shell helpers {helpers})",
             ),
             (
-                is_dml & (action_c == "patch") & F.try_parse_json(where).isNull(),
+                is_dml & (action_c == "patch") & where.isNotNull() & F.try_parse_json(where).isNull(),
                 f"'where' is not JSON (after rewriting the shell helpers {helpers})",
             ),
             (is_dml & action_c.isin("insert", "replace") & keys.isNull(), "'value' is not a JSON object"),

@@ -15,7 +15,7 @@ import json
 import re
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from replicator.dialects.base import Dialect
 from replicator.model import DECODED_DDL
@@ -37,21 +37,65 @@ FILTERED_OPS = frozenset({"HEARTBEAT", "BEGIN", "COMMIT", "ROLLBACK", "ABORT", "
 # Sources whose `dataTypeNumber` is MySQL's binlog MYSQL_TYPE_* code (notes/ENCODINGS.md §5).
 MYSQL_SOURCES = frozenset({"MySQL", "DRDS"})
 MYSQL_TYPES = {
-    1: "tinyint", 2: "smallint", 3: "int", 8: "bigint", 9: "mediumint", 4: "float", 5: "double",
-    7: "timestamp", 12: "datetime", 10: "date", 14: "date", 11: "time", 13: "year", 16: "bit", 245: "json",
-    247: "enum", 248: "set", 249: "tinyblob", 250: "mediumblob", 251: "longblob", 252: "blob",
-    15: "varchar", 253: "varchar", 254: "char", 255: "geometry", 0: "decimal", 246: "decimal",
+    1: "tinyint",
+    2: "smallint",
+    3: "int",
+    8: "bigint",
+    9: "mediumint",
+    4: "float",
+    5: "double",
+    7: "timestamp",
+    12: "datetime",
+    10: "date",
+    14: "date",
+    11: "time",
+    13: "year",
+    16: "bit",
+    245: "json",
+    247: "enum",
+    248: "set",
+    249: "tinyblob",
+    250: "mediumblob",
+    251: "longblob",
+    252: "blob",
+    15: "varchar",
+    253: "varchar",
+    254: "char",
+    255: "geometry",
+    0: "decimal",
+    246: "decimal",
 }
 # The binlog gives TEXT and BLOB (and CHAR and BINARY) one code; the value's union branch tells them apart.
 TEXT_OF_BLOB = {"tinyblob": "tinytext", "mediumblob": "mediumtext", "longblob": "longtext", "blob": "text"}
 BINARY_OF_CHAR = {"char": "binary", "varchar": "varbinary"}
-SIGNED_MAX = {"tinyint": 2**7 - 1, "smallint": 2**15 - 1, "mediumint": 2**23 - 1, "int": 2**31 - 1,
-              "bigint": 2**63 - 1}
+SIGNED_MAX = {
+    "tinyint": 2**7 - 1,
+    "smallint": 2**15 - 1,
+    "mediumint": 2**23 - 1,
+    "int": 2**31 - 1,
+    "bigint": 2**63 - 1,
+}
 # MySQL charset names -> Python codecs (MySQL's latin1 is cp1252).
-CHARSETS = {"utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "latin1": "cp1252", "ascii": "ascii",
-            "gbk": "gbk", "gb2312": "gb2312", "gb18030": "gb18030", "big5": "big5", "ucs2": "utf-16-be",
-            "utf16": "utf-16-be", "utf16le": "utf-16-le", "utf32": "utf-32-be", "sjis": "shift_jis",
-            "cp932": "cp932", "ujis": "euc_jp", "eucjpms": "euc_jp", "euckr": "euc_kr"}
+CHARSETS = {
+    "utf8mb4": "utf-8",
+    "utf8mb3": "utf-8",
+    "utf8": "utf-8",
+    "latin1": "cp1252",
+    "ascii": "ascii",
+    "gbk": "gbk",
+    "gb2312": "gb2312",
+    "gb18030": "gb18030",
+    "big5": "big5",
+    "ucs2": "utf-16-be",
+    "utf16": "utf-16-be",
+    "utf16le": "utf-16-le",
+    "utf32": "utf-32-be",
+    "sjis": "shift_jis",
+    "cp932": "cp932",
+    "ujis": "euc_jp",
+    "eucjpms": "euc_jp",
+    "euckr": "euc_kr",
+}
 DDL_KINDS = (
     (r"create\s+(unique\s+|fulltext\s+|spatial\s+)?index\b", "CINDEX"),
     (r"drop\s+index\b", "DINDEX"),
@@ -133,7 +177,7 @@ class DtsAvro(Dialect):
 
     def decode_records(self, records: DataFrame) -> DataFrame:
         from pyspark.sql.pandas.types import to_arrow_schema
-        from pyspark.sql.types import _parse_datatype_string
+        from pyspark.sql.types import StructType, _parse_datatype_string
 
         if self.options.avro_schema is None:
             raise ValueError(
@@ -141,7 +185,7 @@ class DtsAvro(Dialect):
                 "(Aliyun's Record.avsc)"
             )
         schema = load_record_schema(self.options.avro_schema)
-        arrow_schema = to_arrow_schema(_parse_datatype_string(DECODED_DDL), timezone="UTC")
+        arrow_schema = to_arrow_schema(cast(StructType, _parse_datatype_string(DECODED_DDL)), timezone="UTC")
         return records.mapInArrow(
             partial(decode_batches, schema=schema, arrow_schema=arrow_schema, dialect=self.name), DECODED_DDL
         )
@@ -160,16 +204,16 @@ def decode_batches(
     parsed = fastavro.parse_schema(schema)
     for batch in batches:
         rows: list[dict[str, Any]] = []
-        for raw, batch_id, coordinates in zip(*(batch.column(n).to_pylist() for n in ("raw", "batch_id",
-                                                                                           "coordinates")),
-                                              strict=True):
+        for raw, batch_id, coordinates in zip(
+            *(batch.column(n).to_pylist() for n in ("raw", "batch_id", "coordinates")), strict=True
+        ):
             for record, coords, datum, error in read_records(raw, parsed, coordinates):
                 rows.append(to_event(record, coords, batch_id, datum, error, dialect))
         yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
 
 
 def read_records(
-    raw: bytes | None, parsed: dict[str, Any], coordinates: dict[str, Any]
+    raw: bytes | None, parsed: Any, coordinates: dict[str, Any]
 ) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any], bytes | None, str | None]]:
     """(record, coordinates, the record's own bytes, error) for each record of one raw record."""
     import fastavro
@@ -178,31 +222,37 @@ def read_records(
         yield None, coordinates, raw, "empty record: no Avro datum"
         return
     if raw.startswith(CONTAINER_MAGIC):
-        index = 0
+        index = 0  # of the record being read: a failure is reported at its index
         try:
             reader = fastavro.reader(io.BytesIO(raw), return_named_type=True)
             writer_schema = reader.writer_schema
-            for index, record in enumerate(reader):  # noqa: B007  (index is reported on failure)
+            for record in reader:
                 datum = io.BytesIO()
                 fastavro.schemaless_writer(datum, writer_schema, _unnamed(record))
-                yield record, {**coordinates, "index": index}, datum.getvalue(), None
-        except Exception as exc:  # noqa: BLE001  (any failure is this record's dead letter)
+                yield cast(dict, record), {**coordinates, "index": index}, datum.getvalue(), None
+                index += 1
+        except Exception as exc:
             yield None, {**coordinates, "index": index}, raw, f"not a DTS Avro container file: {exc}"
         return
     stream = io.BytesIO(raw)
     try:
         record = fastavro.schemaless_reader(stream, parsed, None, return_named_type=True)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         yield None, coordinates, raw, f"not a DTS Avro record ({SCHEMA_KEY}): {type(exc).__name__}: {exc}"
         return
     left = len(raw) - stream.tell()
     if left:
-        yield None, coordinates, raw, (
-            f"not a DTS Avro record: {left} bytes left after the record; does {SCHEMA_KEY} match the "
-            "producer's schema version (14 or 15 fields)?"
+        yield (
+            None,
+            coordinates,
+            raw,
+            (
+                f"not a DTS Avro record: {left} bytes left after the record; does {SCHEMA_KEY} match the "
+                "producer's schema version (14 or 15 fields)?"
+            ),
         )
         return
-    yield record, coordinates, raw, None
+    yield cast(dict, record), coordinates, raw, None
 
 
 def _unnamed(value: Any) -> Any:
@@ -249,11 +299,15 @@ def _fill(out: dict[str, Any], record: dict[str, Any]) -> None:
         out["event_time"] = _EPOCH + dt.timedelta(milliseconds=millis)
     out["position"] = record.get("sourcePosition") or f"id={record.get('id')}"
     out["meta"] = [
-        (k, str(v)) for k, v in (
-            ("sourceType", source_type), ("sourceTxid", record.get("sourceTxid")),
+        (k, str(v))
+        for k, v in (
+            ("sourceType", source_type),
+            ("sourceTxid", record.get("sourceTxid")),
             ("safeSourcePosition", record.get("safeSourcePosition")),
-            ("bornTimestamp", record.get("bornTimestamp")), ("id", record.get("id")),
-        ) if v not in (None, "")
+            ("bornTimestamp", record.get("bornTimestamp")),
+            ("id", record.get("id")),
+        )
+        if v not in (None, "")
     ]
     out.update(_names(record.get("objectName"), source_type))
 
@@ -284,7 +338,7 @@ def _fill(out: dict[str, Any], record: dict[str, Any]) -> None:
     hints: dict[str, list[tuple[str, Any]]] = {}
     images = {}
     for side in ("after", "before"):
-        wanted = side == "after" and op != "delete" or side == "before" and op != "insert"
+        wanted = (side == "after" and op != "delete") or (side == "before" and op != "insert")
         if wanted:
             images[side] = _image(record.get(f"{side}Images"), fields, side, hints)
     out["after"], out["before"] = images.get("after"), images.get("before")
@@ -383,14 +437,21 @@ def convert(value: Any) -> tuple[Any, tuple[str, Any] | None]:
 
 
 def _iso(moment: dt.datetime) -> str:
-    return (f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T"
-            f"{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}.{moment.microsecond:06d}")
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T"
+        f"{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}.{moment.microsecond:06d}"
+    )
 
 
 def _datetime_text(body: dict[str, Any]) -> tuple[str, tuple[str, str]]:
     """DateTime's set parts say what it is: DATETIME, DATE (y/m/d), TIME (h/m/s) or YEAR (year only)."""
     year, month, day = body.get("year"), body.get("month"), body.get("day")
-    hour, minute, second, micros = body.get("hour"), body.get("minute"), body.get("second"), body.get("millis")
+    hour, minute, second, micros = (
+        body.get("hour"),
+        body.get("minute"),
+        body.get("second"),
+        body.get("millis"),
+    )
     fraction = "" if micros is None else f".{abs(micros):06d}"  # `millis` holds microseconds (§5)
     has_date = month is not None or day is not None
     has_time = hour is not None or minute is not None or second is not None
@@ -423,8 +484,15 @@ def _offset(zone: str, local: dict[str, Any]) -> str:
         tz = ZoneInfo(text)
     except (ZoneInfoNotFoundError, ValueError):
         raise ValueProblem(f"unknown time zone {zone!r}") from None
-    wall = dt.datetime(local.get("year") or 1970, local.get("month") or 1, local.get("day") or 1,
-                       local.get("hour") or 0, local.get("minute") or 0, local.get("second") or 0, tzinfo=tz)
+    wall = dt.datetime(
+        local.get("year") or 1970,
+        local.get("month") or 1,
+        local.get("day") or 1,
+        local.get("hour") or 0,
+        local.get("minute") or 0,
+        local.get("second") or 0,
+        tzinfo=tz,
+    )
     offset = wall.utcoffset() or dt.timedelta(0)
     minutes = int(offset.total_seconds() // 60)
     sign = "-" if minutes < 0 else "+"
@@ -434,7 +502,9 @@ def _offset(zone: str, local: dict[str, Any]) -> str:
 def _source_types(
     fields: list[dict[str, Any]], hints: dict[str, list[tuple[str, Any]]], mysql: bool
 ) -> list[tuple[str, str]]:
-    return [(f["name"], _source_type(f.get("dataTypeNumber"), hints.get(f["name"], []), mysql)) for f in fields]
+    return [
+        (f["name"], _source_type(f.get("dataTypeNumber"), hints.get(f["name"], []), mysql)) for f in fields
+    ]
 
 
 def _source_type(number: int | None, hints: list[tuple[str, Any]], mysql: bool) -> str:
@@ -455,7 +525,9 @@ def _source_type(number: int | None, hints: list[tuple[str, Any]], mysql: bool) 
         values = [info[1] for kind, info in hints if kind == "Integer"]
         return f"{base} unsigned" if any(v > SIGNED_MAX[base] for v in values) else base
     binary = "BinaryObject" in kinds
-    if base in TEXT_OF_BLOB and not binary and kinds & {"Character", "TextObject"}:
+    if base in TEXT_OF_BLOB and not binary:
+        # Without a byte value (all NULL) the column reads as TEXT: hex kept as text loses nothing, while
+        # text parsed as hex would be a dead letter.
         return TEXT_OF_BLOB[base]
     if base in BINARY_OF_CHAR and binary:
         return BINARY_OF_CHAR[base]
@@ -476,6 +548,11 @@ def _type_from_values(hints: list[tuple[str, Any]]) -> str | None:
     if kind in ("BinaryObject", "TextObject"):
         fallback = "binary" if kind == "BinaryObject" else "text"
         return info if column_type(info).known else fallback
-    return {"Float": "double", "Character": "varchar", "Timestamp": "timestamp",
-            "TimestampWithTimeZone": "timestamp with time zone", "BinaryGeometry": "geometry",
-            "TextGeometry": "geometry"}.get(kind) or (info if kind == "DateTime" else None)
+    return {
+        "Float": "double",
+        "Character": "varchar",
+        "Timestamp": "timestamp",
+        "TimestampWithTimeZone": "timestamp with time zone",
+        "BinaryGeometry": "geometry",
+        "TextGeometry": "geometry",
+    }.get(kind) or (info if kind == "DateTime" else None)

@@ -19,7 +19,7 @@ from replicator.dialects import DecodeOptions
 from replicator.inspect import FIELDS, decode_path, event_records
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-INPUT_SUFFIXES = (".json", ".jsonl", ".b64")
+INPUT_SUFFIXES = (".json", ".jsonl", ".b64", ".avro")
 
 
 def cases(folder: str) -> list[Path]:
@@ -27,7 +27,8 @@ def cases(folder: str) -> list[Path]:
     if not root.exists():
         return []
     return sorted(
-        p for p in root.iterdir()
+        p
+        for p in root.iterdir()
         if p.suffix in INPUT_SUFFIXES and not p.name.endswith(".expected.json") and not p.name.startswith("_")
     )
 
@@ -37,7 +38,9 @@ def params(folder: str) -> list:
 
 
 @cache
-def _decoded_folder(spark, folder: Path, dialect: str, options: DecodeOptions | None) -> dict[str, list[dict]]:
+def _decoded_folder(
+    spark, folder: Path, dialect: str, options: DecodeOptions | None
+) -> dict[str, list[dict]]:
     records = event_records(decode_path(spark, folder, dialect, options), (*FIELDS, "coordinates"))
     by_file: dict[str, list[dict]] = {}
     for record in records:
@@ -51,7 +54,9 @@ def check_golden(spark, case: Path, dialect: str, options: DecodeOptions | None 
     actual = _decoded_folder(spark, case.parent, dialect, options).get(case.name, [])
     if not expected_file.exists():
         if os.environ.get("REPLICATOR_REGOLD") == "1":
-            expected_file.write_text(json.dumps(actual, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            expected_file.write_text(
+                json.dumps(actual, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+            )
         pytest.fail(f"no expected file {expected_file.name} for {case.name}")
     expected = json.loads(expected_file.read_text(encoding="utf-8"))
     assert actual == expected

@@ -40,10 +40,20 @@ EDGES = [
     ("bigint(20) unsigned", -5, "18446744073709551615", "18446744073709551615", decimal.Decimal(2**64 - 1)),
     ("decimal(12,4)", 3, "-12345678.0001", "-12345678.0001", decimal.Decimal("-12345678.0001")),
     ("double", 8, "-1.5E-7", "-1.5E-7", -1.5e-7),
-    ("datetime(6)", 93, "2023-11-14 22:13:20.000001", "2023-11-14 22:13:20.000001",
-     dt.datetime(2023, 11, 14, 22, 13, 20, 1)),
-    ("timestamp", 93, "2023-11-14 22:13:20", "2023-11-14 22:13:20",
-     dt.datetime(2023, 11, 14, 14, 13, 20, tzinfo=dt.UTC)),  # wall clock in source.timezone (+08:00)
+    (
+        "datetime(6)",
+        93,
+        "2023-11-14 22:13:20.000001",
+        "2023-11-14 22:13:20.000001",
+        dt.datetime(2023, 11, 14, 22, 13, 20, 1),
+    ),
+    (
+        "timestamp",
+        93,
+        "2023-11-14 22:13:20",
+        "2023-11-14 22:13:20",
+        dt.datetime(2023, 11, 14, 14, 13, 20, tzinfo=dt.UTC),
+    ),  # wall clock in source.timezone (+08:00)
     ("date", 91, "1000-01-01", "1000-01-01", dt.date(1000, 1, 1)),
     ("varchar(8)", 12, "", "", ""),
     ("varchar(8)", 12, None, None, None),
@@ -56,8 +66,14 @@ EDGES = [
 def test_value_edges(spark):
     columns = {f"c{i}": edge for i, edge in enumerate(EDGES)}
     message = {
-        "action": "INSERT", "bid": 1, "db": "lab", "table": "edges", "isDdl": False, "entryType": "ROWDATA",
-        "execTs": 1700000000000, "pks": ["id"],
+        "action": "INSERT",
+        "bid": 1,
+        "db": "lab",
+        "table": "edges",
+        "isDdl": False,
+        "entryType": "ROWDATA",
+        "execTs": 1700000000000,
+        "pks": ["id"],
         "dbValType": {"id": "int", **{c: e[0] for c, e in columns.items() if e[0]}},
         "jdbcType": {"id": 4, **{c: e[1] for c, e in columns.items()}},
         "data": [{"id": "1", **{c: e[2] for c, e in columns.items()}}],
@@ -76,9 +92,17 @@ def test_value_edges(spark):
 
 def test_absent_column_stays_absent_and_null_stays_null(spark):
     message = {
-        "action": "UPDATE", "bid": 1, "db": "lab", "table": "t", "isDdl": False, "entryType": "ROWDATA",
-        "execTs": 1700000000000, "pks": ["id"], "dbValType": {"id": "int", "a": "int", "b": "int"},
-        "data": [{"id": "1", "a": None}], "before": [{"id": "1", "a": "5"}],
+        "action": "UPDATE",
+        "bid": 1,
+        "db": "lab",
+        "table": "t",
+        "isDdl": False,
+        "entryType": "ROWDATA",
+        "execTs": 1700000000000,
+        "pks": ["id"],
+        "dbValType": {"id": "int", "a": "int", "b": "int"},
+        "data": [{"id": "1", "a": None}],
+        "before": [{"id": "1", "a": "5"}],
     }
     [row] = _decode(spark, [message])
     assert row.after == {"id": "1", "a": None}
@@ -88,8 +112,15 @@ def test_absent_column_stays_absent_and_null_stays_null(spark):
 
 def test_seconds_exec_ts_is_normalised(spark):
     message = {
-        "action": "INSERT", "bid": 3, "db": "lab", "table": "t", "isDdl": False, "entryType": "ROWDATA",
-        "execTs": 1669789152, "pks": ["id"], "data": [{"id": "1"}],
+        "action": "INSERT",
+        "bid": 3,
+        "db": "lab",
+        "table": "t",
+        "isDdl": False,
+        "entryType": "ROWDATA",
+        "execTs": 1669789152,
+        "pks": ["id"],
+        "data": [{"id": "1"}],
     }
     [row] = _decode(spark, [message])
     assert row.seq[:2] == [1669789152000, 3]

@@ -1,10 +1,241 @@
+"""debezium dialect: golden files (seed 004, Debezium/Flink vectors) and the schema-typed value encodings."""
+
 from __future__ import annotations
 
+import base64
+import datetime as dt
+import decimal
+import json
+
+import pyarrow as pa
 import pytest
 
+from replicator.types import arrow_type, parse_values
 from tests.dialects.golden import check_golden, params
 
 
 @pytest.mark.parametrize("case", params("debezium"))
 def test_golden(spark, case):
     check_golden(spark, case, "debezium")
+
+
+@pytest.mark.parametrize("case", params("debezium"))
+def test_auto_detection_agrees(spark, case):
+    """Both shapes (schema+payload, bare payload) and schema-change events are detected by their keys."""
+    check_golden(spark, case, "auto")
+
+
+def _b64(unscaled: int) -> str:
+    """Java BigInteger.toByteArray(): minimal big-endian two's complement (Kafka Connect Decimal bytes)."""
+    length = unscaled.bit_length() // 8 + 1
+    return base64.b64encode(unscaled.to_bytes(length, "big", signed=True)).decode()
+
+
+def _decimal(scale: int, precision: int | None = None) -> dict:
+    params = {"scale": str(scale)}
+    if precision is not None:
+        params["connect.decimal.precision"] = str(precision)
+    return {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": params}
+
+
+BIG = 10**38 - 1
+HUGE = -(10**49 + 123456789)
+# column -> (field schema, JSON value, canonical text, source type)
+CASES: dict[str, tuple[dict, object, str | None, str]] = {
+    "dec_pos": (_decimal(2, 10), _b64(12345), "123.45", "decimal(10,2)"),
+    "dec_neg": (_decimal(2, 10), _b64(-12345), "-123.45", "decimal(10,2)"),
+    "dec_zero": (_decimal(2, 10), _b64(0), "0.00", "decimal(10,2)"),
+    "dec_minus_cent": (_decimal(2, 10), _b64(-1), "-0.01", "decimal(10,2)"),
+    "dec_128": (_decimal(2, 10), _b64(128), "1.28", "decimal(10,2)"),
+    "dec_minus_128": (_decimal(2, 10), _b64(-128), "-1.28", "decimal(10,2)"),
+    "dec_max38": (_decimal(0, 38), _b64(BIG), str(BIG), "decimal(38,0)"),
+    "dec_min38": (_decimal(4, 38), _b64(-BIG), "-" + str(BIG)[:-4] + "." + str(BIG)[-4:], "decimal(38,4)"),
+    "dec_huge": (_decimal(10), _b64(HUGE), f"-{-HUGE // 10**10}.{-HUGE % 10**10:010d}", "decimal"),
+    "dec_unsigned_bigint": (_decimal(0, 20), _b64(2**64 - 1), "18446744073709551615", "decimal(20,0)"),
+    "dec_numeric_format": (_decimal(2, 10), 12.34, "12.34", "decimal(10,2)"),
+    "var_scale": (
+        {"type": "struct", "name": "io.debezium.data.VariableScaleDecimal"},
+        {"scale": 3, "value": _b64(-1234567)},
+        "-1234.567",
+        "decimal",
+    ),
+    "date": ({"type": "int32", "name": "io.debezium.time.Date"}, 17702, "2018-06-20", "date"),
+    "date_before_epoch": ({"type": "int32", "name": "io.debezium.time.Date"}, -1, "1969-12-31", "date"),
+    "dt_ms": (
+        {"type": "int64", "name": "io.debezium.time.Timestamp"},
+        1529476623000,
+        "2018-06-20 06:37:03",
+        "datetime",
+    ),
+    "dt_ms_frac": (
+        {"type": "int64", "name": "io.debezium.time.Timestamp"},
+        1529476623120,
+        "2018-06-20 06:37:03.12",
+        "datetime",
+    ),
+    "dt_us": (
+        {"type": "int64", "name": "io.debezium.time.MicroTimestamp"},
+        1529507596945104,
+        "2018-06-20 15:13:16.945104",
+        "datetime",
+    ),
+    "dt_us_negative": (
+        {"type": "int64", "name": "io.debezium.time.MicroTimestamp"},
+        -1,
+        "1969-12-31 23:59:59.999999",
+        "datetime",
+    ),
+    "dt_ns": (
+        {"type": "int64", "name": "io.debezium.time.NanoTimestamp"},
+        1529507596945104000,
+        "2018-06-20 15:13:16.945104",
+        "datetime",
+    ),
+    "dt_connect": (
+        {"type": "int64", "name": "org.apache.kafka.connect.data.Timestamp"},
+        0,
+        "1970-01-01 00:00:00",
+        "datetime",
+    ),
+    "ts_zoned": (
+        {"type": "string", "name": "io.debezium.time.ZonedTimestamp"},
+        "2018-06-20T13:37:03Z",
+        "2018-06-20T13:37:03Z",
+        "timestamp",
+    ),
+    "time_us": (
+        {"type": "int64", "name": "io.debezium.time.MicroTime"},
+        3723000001,
+        "01:02:03.000001",
+        "time",
+    ),
+    "time_mysql_min": (
+        {"type": "int64", "name": "io.debezium.time.MicroTime"},
+        -3020399000000,
+        "-838:59:59",
+        "time",
+    ),
+    "time_ms": ({"type": "int32", "name": "io.debezium.time.Time"}, 45296789, "12:34:56.789", "time"),
+    "year": ({"type": "int32", "name": "io.debezium.time.Year"}, 2024, "2024", "year"),
+    "bytes": ({"type": "bytes"}, base64.b64encode(b"\x00\x7f\x80\xff").decode(), "007f80ff", "varbinary"),
+    "bytes_empty": ({"type": "bytes"}, "", "", "varbinary"),
+    "bits": (
+        {"type": "bytes", "name": "io.debezium.data.Bits", "parameters": {"length": "12"}},
+        base64.b64encode(b"\x01\x02").decode(),
+        "513",
+        "bit(12)",
+    ),
+    "bool": ({"type": "boolean"}, True, "true", "boolean"),
+    "bit1": ({"type": "boolean"}, False, "false", "boolean"),
+    "int8_min": ({"type": "int8"}, -128, "-128", "tinyint"),
+    "int16_max": ({"type": "int16"}, 32767, "32767", "smallint"),
+    "int32_min": ({"type": "int32"}, -2147483648, "-2147483648", "int"),
+    "int64_max": ({"type": "int64"}, 9223372036854775807, "9223372036854775807", "bigint"),
+    "int64_min": ({"type": "int64"}, -9223372036854775808, "-9223372036854775808", "bigint"),
+    "float64": ({"type": "double"}, 0.1, "0.1", "double"),
+    "text_empty": ({"type": "string"}, "", "", "varchar"),
+    "text_null": ({"type": "string", "optional": True}, None, None, "varchar"),
+    "text_multibyte": ({"type": "string"}, "中文 ünï 😀", "中文 ünï 😀", "varchar"),
+    "json": ({"type": "string", "name": "io.debezium.data.Json"}, '{"a": [1, 2]}', '{"a": [1, 2]}', "json"),
+    "enum": (
+        {"type": "string", "name": "io.debezium.data.Enum", "parameters": {"allowed": "a,b"}},
+        "b",
+        "b",
+        "enum",
+    ),
+    "set": ({"type": "string", "name": "io.debezium.data.EnumSet"}, "a,b", "a,b", "set"),
+}
+ARROW_VALUES = {  # what parse_values must produce for the canonical text
+    "dec_max38": decimal.Decimal(BIG),
+    "dec_unsigned_bigint": decimal.Decimal(2**64 - 1),
+    "dec_neg": decimal.Decimal("-123.45"),
+    "date_before_epoch": dt.date(1969, 12, 31),
+    "dt_us_negative": dt.datetime(1969, 12, 31, 23, 59, 59, 999999),
+    "ts_zoned": dt.datetime(2018, 6, 20, 13, 37, 3, tzinfo=dt.UTC),
+    "bytes": b"\x00\x7f\x80\xff",
+    "bits": 513,
+    "year": 2024,
+    "int64_min": -9223372036854775808,
+}
+
+
+def _message(with_schema: bool) -> bytes:
+    after = {name: value for name, (_, value, _, _) in CASES.items()}
+    payload = {
+        "before": None,
+        "after": after,
+        "op": "c",
+        "ts_ms": 1700000000001,
+        "source": {
+            "connector": "mysql",
+            "db": "d",
+            "table": "t",
+            "file": "mysql-bin.000012",
+            "pos": 4711,
+            "row": 2,
+            "ts_ms": 1700000000000,
+            "gtid": "3e11fa47-71ca-11e1-9e33-c80aa9429562:23",
+        },
+    }
+    if not with_schema:
+        return json.dumps(payload, ensure_ascii=False).encode()
+    fields = [{**schema, "field": name} for name, (schema, _, _, _) in CASES.items()]
+    schema = {
+        "type": "struct",
+        "fields": [
+            {"type": "struct", "field": "before", "optional": True, "fields": fields},
+            {"type": "struct", "field": "after", "optional": True, "fields": fields},
+        ],
+    }
+    return json.dumps({"schema": schema, "payload": payload}, ensure_ascii=False).encode()
+
+
+@pytest.fixture(scope="module")
+def decoded(spark):
+    from replicator.dialects import decode
+
+    rows = [(_message(True), 0, ("mem", 0, 1, 0, 0)), (_message(False), 0, ("mem", 0, 2, 0, 0))]
+    frame = spark.createDataFrame(
+        rows,
+        "raw BINARY, batch_id BIGINT, coordinates STRUCT<source STRING, "
+        "partition BIGINT, offset BIGINT, `index` INT, `row` INT>",
+    )
+    return {r["coordinates"]["offset"]: r for r in decode(frame, "debezium").collect()}
+
+
+def test_schema_typed_values(decoded):
+    event = decoded[1]
+    assert event["error"] is None
+    assert event["op"] == "insert"
+    assert list(event["seq"][:3]) == [12, 4711, 2]
+    assert event["position"] == "mysql-bin.000012:4711 gtid=3e11fa47-71ca-11e1-9e33-c80aa9429562:23"
+    assert event["event_time"] == dt.datetime(2023, 11, 14, 22, 13, 20)
+    assert event["primary_key"] == []
+    for name, (_, _, text, source_type) in CASES.items():
+        assert name in event["after"], name
+        assert event["after"][name] == text, name
+        assert event["source_types"][name] == source_type, name
+
+
+def test_canonical_text_parses_into_the_column_type(decoded):
+    after, types = decoded[1]["after"], decoded[1]["source_types"]
+    for name in CASES:
+        typed, errors = parse_values(
+            pa.array([after[name]], pa.string()), arrow_type(types[name]), timezone="UTC"
+        )
+        assert errors == [], name
+        if name in ARROW_VALUES:
+            assert typed[0].as_py() == ARROW_VALUES[name], name
+
+
+def test_without_schema_values_keep_their_json_text(decoded):
+    event = decoded[2]
+    assert event["error"] is None
+    assert event["source_types"] == {}
+    assert event["after"]["dec_pos"] == _b64(12345)  # no schema: nothing says it is a decimal
+    assert event["after"]["int64_min"] == "-9223372036854775808"
+    assert event["after"]["text_null"] is None and "text_null" in event["after"]
+    assert event["after"]["text_empty"] == ""
+    assert event["after"]["var_scale"] == json.dumps(
+        {"scale": 3, "value": _b64(-1234567)}, separators=(",", ":")
+    )

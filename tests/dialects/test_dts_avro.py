@@ -128,9 +128,15 @@ def test_schema_version_mismatch(spark, tmp_path, shared, options):
     schema = load_record_schema(shared / "schemas" / "aliyun_dts_record.avsc")
     old = {**schema, "fields": [f for f in schema["fields"] if f["name"] != "bornTimestamp"]}
     record = {
-        "version": 1, "id": 9, "sourceTimestamp": 1700000000, "sourcePosition": "1@1",
-        "source": {"sourceType": "MySQL", "version": "8.0"}, "operation": "INSERT", "objectName": "db.t",
-        "tags": {"pk_uk_info": json.dumps({"PRIMARY": ["id"]})}, "fields": [{"name": "id", "dataTypeNumber": 8}],
+        "version": 1,
+        "id": 9,
+        "sourceTimestamp": 1700000000,
+        "sourcePosition": "1@1",
+        "source": {"sourceType": "MySQL", "version": "8.0"},
+        "operation": "INSERT",
+        "objectName": "db.t",
+        "tags": {"pk_uk_info": json.dumps({"PRIMARY": ["id"]})},
+        "fields": [{"name": "id", "dataTypeNumber": 8}],
         "afterImages": [("com.alibaba.dts.formats.avro.Integer", {"precision": 20, "value": "5"})],
     }
     datum = io.BytesIO()
@@ -138,8 +144,27 @@ def test_schema_version_mismatch(spark, tmp_path, shared, options):
     (tmp_path / "old.b64").write_text(base64.b64encode(datum.getvalue()).decode() + "\n")
     with (tmp_path / "old.avro").open("wb") as out:
         fastavro.writer(out, fastavro.parse_schema(old), [record])
-    events = event_records(decode_path(spark, tmp_path, "dts-avro", options), ("op", "after", "error", "coordinates"))
+    events = event_records(
+        decode_path(spark, tmp_path, "dts-avro", options), ("op", "after", "error", "coordinates")
+    )
     by_file = {e["coordinates"]["source"].rsplit("/", 1)[-1]: e for e in events}
     assert "source.avro_schema" in by_file["old.b64"]["error"]
     assert by_file["old.avro"]["after"] == {"id": "5"}
     assert "error" not in by_file["old.avro"]
+
+
+def test_container_failure_is_reported_at_the_failing_record(shared):
+    """Records before a corrupt block of a container file decode; the failure carries the next index."""
+    import fastavro as fa
+
+    from replicator.dialects.dts_avro import read_records
+
+    schema = fa.parse_schema(load_record_schema(shared / "schemas" / "aliyun_dts_record.avsc"))
+    records = list(fa.reader((FOLDER / "container.avro").open("rb")))
+    out = io.BytesIO()
+    fa.writer(out, schema, records, sync_interval=1)  # one block per record
+    coordinates = {"source": "x.avro", "partition": 0, "offset": 1, "index": 0, "row": 0}
+    results = list(read_records(out.getvalue()[:-40], schema, coordinates))
+    assert [r[3] is None for r in results] == [True] * (len(records) - 1) + [False]
+    assert [r[1]["index"] for r in results] == list(range(len(records)))
+    assert results[-1][3].startswith("not a DTS Avro container file")

@@ -1,0 +1,130 @@
+"""Catch-up throughput: N canal-json events from files into an empty mirror with `mirror --available-now`.
+
+Reports events/s (wall time of the whole command), peak RSS of the command's process tree (driver +
+JVM), and the floor on this machine: orjson parse of every message + one write_deltalake of the final
+table. Not a test; run with `make bench` and copy the figures into docs/performance.md.
+
+    python benchmarks/throughput.py [--events 1000000] [--keys 100000] [--files-per-trigger 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workload import write_files
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def peak_rss(proc: psutil.Process, stop: threading.Event, out: list[int]) -> None:
+    peak = 0
+    while not stop.is_set():
+        try:
+            total = proc.memory_info().rss + sum(c.memory_info().rss for c in proc.children(recursive=True))
+            peak = max(peak, total)
+        except psutil.Error:
+            pass
+        time.sleep(0.2)
+    out.append(peak)
+
+
+def run_mirror(workdir: Path, files_per_trigger: int) -> tuple[float, int, str]:
+    job = workdir / "job.yaml"
+    extra = f"\n  max_files_per_trigger: {files_per_trigger}" if files_per_trigger else ""
+    job.write_text(
+        f"name: bench\nsource:\n  type: files\n  path: landing\n  dialect: canal-json{extra}\n"
+        "target:\n  path: lake\nstate:\n  path: state\n"
+    )
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "replicator.cli", "mirror", "--config", str(job), "--available-now"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    stop, peak = threading.Event(), []
+    watcher = threading.Thread(target=peak_rss, args=(psutil.Process(proc.pid), stop, peak))
+    watcher.start()
+    _out, err = proc.communicate()
+    elapsed = time.monotonic() - started
+    stop.set()
+    watcher.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"mirror failed:\n{err[-4000:]}")
+    return elapsed, peak[0], err
+
+
+def floor(paths: list[Path], workdir: Path) -> float:
+    """orjson parse of every message + one write of the final table (the least any engine must do)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    started = time.monotonic()
+    final: dict[str, dict] = {}
+    for path in paths:
+        with path.open("rb") as f:
+            for line in f:
+                m = orjson.loads(line)
+                r = m["data"][0]
+                if m["type"] == "DELETE":
+                    final.pop(r["id"], None)
+                else:
+                    final[r["id"]] = r
+    table = pa.Table.from_pylist(list(final.values()))
+    write_deltalake(str(workdir / "floor"), table, mode="overwrite")
+    return time.monotonic() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--files-per-trigger", type=int, default=0, help="0: everything in one batch")
+    parser.add_argument("--workdir", default=str(REPO / "bench-out" / "throughput"))
+    args = parser.parse_args()
+    workdir = Path(args.workdir)
+    shutil.rmtree(workdir, ignore_errors=True)
+    t0 = time.monotonic()
+    paths = write_files(workdir / "landing", args.events, args.keys)
+    generated = time.monotonic() - t0
+    elapsed, rss, err = run_mirror(workdir, args.files_per_trigger)
+    batches = [json.loads(line) for line in err.splitlines() if line.startswith("{") and '"batch"' in line]
+    floor_s = floor(paths, workdir)
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(workdir / "lake" / "bench" / "orders")).count()
+    result = {
+        "events": args.events,
+        "keys": args.keys,
+        "mirror_rows": rows,
+        "wall_s": round(elapsed, 2),
+        "events_per_s": round(args.events / elapsed),
+        "peak_rss_mb": round(rss / 2**20),
+        "floor_s": round(floor_s, 2),
+        "ratio_to_floor": round(elapsed / floor_s, 1),
+        "batches": len(batches),
+        "phases_ms": [b.get("phases_ms") for b in batches][:5],
+        "generate_s": round(generated, 1),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+    print(json.dumps(result, indent=1))
+    (workdir / "result.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

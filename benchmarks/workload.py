@@ -1,0 +1,124 @@
+"""A canal-json workload for benchmarks: inserts, updates, deletes and re-inserts over a key space."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+TYPES = {
+    "id": "bigint(20)",
+    "name": "varchar(64)",
+    "amount": "decimal(12,2)",
+    "qty": "int(11)",
+    "price": "double",
+    "created": "datetime(3)",
+    "updated": "timestamp(6)",
+    "status": "varchar(16)",
+    "flag": "tinyint(1)",
+}
+SQL_TYPES = {
+    "id": -5,
+    "name": 12,
+    "amount": 3,
+    "qty": 4,
+    "price": 8,
+    "created": 93,
+    "updated": 93,
+    "status": 12,
+    "flag": -6,
+}
+STATUSES = ["new", "paid", "shipped", "done"]
+ES0 = 1_700_000_000_000
+
+
+def row(rng: random.Random, key: int, n: int) -> dict[str, Any]:
+    return {
+        "id": str(key),
+        "name": f"customer-{key}-{n % 97}",
+        "amount": f"{rng.randint(-99999, 9999999) / 100:.2f}",
+        "qty": str(rng.randint(0, 1000)),
+        "price": repr(rng.random() * 1000),
+        "created": f"2024-01-{1 + key % 28:02d} 10:{n % 60:02d}:{key % 60:02d}.{n % 1000:03d}",
+        "updated": f"2024-02-{1 + n % 28:02d} 11:{key % 60:02d}:{n % 60:02d}.{n % 1000000:06d}",
+        "status": STATUSES[n % 4],
+        "flag": str(n % 2),
+    }
+
+
+def events(count: int, keys: int, seed: int = 7) -> Iterator[dict[str, Any]]:
+    """``count`` single-row messages: 10% inserts, 75% updates, 15% deletes and re-inserts."""
+    rng = random.Random(seed)
+    present: list[int] = []
+    where: dict[int, int] = {}
+    absent = list(range(keys))
+    rng.shuffle(absent)
+    current: dict[int, dict[str, Any]] = {}
+    for n in range(count):
+        es = ES0 + n
+        roll = rng.random()
+        if not present or (roll < 0.10 and absent):
+            key = absent.pop()
+            where[key] = len(present)
+            present.append(key)
+            current[key] = row(rng, key, n)
+            yield _msg("INSERT", current[key], None, es, n)
+        elif roll < 0.85 or not present:
+            key = present[rng.randrange(len(present))]
+            new = row(rng, key, n)
+            old = {k: v for k, v in current[key].items() if new[k] != v}
+            current[key] = new
+            yield _msg("UPDATE", new, old, es, n)
+        elif roll < 0.925 or not absent:
+            idx = rng.randrange(len(present))
+            key = present[idx]
+            last = present.pop()
+            if idx < len(present):
+                present[idx] = last
+                where[last] = idx
+            absent.append(key)
+            yield _msg("DELETE", current.pop(key), None, es, n)
+        else:
+            key = absent.pop(rng.randrange(len(absent)))
+            where[key] = len(present)
+            present.append(key)
+            current[key] = row(rng, key, n)
+            yield _msg("INSERT", current[key], None, es, n)
+
+
+def _msg(kind: str, data: dict[str, Any], old: dict[str, Any] | None, es: int, n: int) -> dict[str, Any]:
+    return {
+        "data": [data],
+        "database": "bench",
+        "es": es,
+        "id": n,
+        "isDdl": False,
+        "mysqlType": TYPES,
+        "old": [old] if old is not None else None,
+        "pkNames": ["id"],
+        "sql": "",
+        "sqlType": SQL_TYPES,
+        "table": "orders",
+        "ts": es + 5,
+        "type": kind,
+    }
+
+
+def write_files(folder: Path, count: int, keys: int, per_file: int = 100_000) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+    handle = None
+    for n, message in enumerate(events(count, keys)):
+        if n % per_file == 0:
+            if handle:
+                handle.close()
+            paths.append(folder / f"part-{n // per_file:05d}.jsonl")
+            handle = paths[-1].open("wb")
+        assert handle is not None
+        handle.write(orjson.dumps(message) + b"\n")
+    if handle:
+        handle.close()
+    return paths
