@@ -1,4 +1,4 @@
-"""ckafka: Tencent CKafka connector's MySQL subscription messages (seed 001; docs/dialects/ckafka.md).
+"""ckafka: Tencent CKafka connector's MySQL subscription messages (seed 001; docs/dialects.md (ckafka)).
 
 A topic of this connector carries three shapes, routed per message by its keys:
 

@@ -8,7 +8,7 @@ from the SQL text). ``mysqlType`` holds bare type names; binary values are byte 
 MySQL TIMESTAMP values epoch seconds ``"1624614713.201"``. The other sources write ``columnType``,
 ``dbType``, ``schema`` and ``opType``; there ``sqlType`` holds DRS codes that are not java.sql.Types
 (seed 003: a ``timestamp without time zone`` column has 16, a boolean 8), so it is not used.
-See docs/dialects/drs-json.md.
+See docs/dialects.md (drs-json).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ replace, update (``$set``/``$unset``) or doc (a document delete); ``value``/``wh
 ``_id`` (ObjectId as its 24 hex digits, any other id as its JSON text) and ``document`` (JSON text); an
 update carries only ``_id`` plus the update spec in ``meta['mongo_update']``, which the engine applies to
 the stored document in order. Order: clusterTime seconds, increment, then ``id``.
-See docs/dialects/drs-mongo.md.
+See docs/dialects.md (drs-mongo).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ One message is one row change of one table: ``binlog`` "offset@binlog-file", ``t
 ms), ``canalTime`` (arrival at KafkaRiverCanal, ms), ``db``, ``table``, ``event`` 'i'/'u'/'d', ``keys`` and
 ``columns`` [{n, t, v, null, updated, origin_val}]. ``v`` is the new value (insert, update) or the deleted
 value (delete); ``origin_val`` is the value before an update, only on columns with ``updated`` true.
-Order: binlog file number, then offset (ARCHITECTURE.md). See docs/dialects/river-canal.md.
+Order: binlog file number, then offset (ARCHITECTURE.md). See docs/dialects.md (river-canal).
 """
 
 from __future__ import annotations
