@@ -52,6 +52,7 @@ class TableBatch:
     barriers: list[dict[str, Any]]  # barrier events of this table in seq order
     types: dict[str, str]  # column -> latest source type text, in first-seen order
     state: TableState
+    bulk: bool = False  # snapshot rows of a loading table: append when safe (replicator.phases)
 
 
 @dataclass
@@ -62,6 +63,7 @@ class TableResult:
     state: TableState | None = None
     skipped: bool = False
     ddl: list[dict[str, Any]] = field(default_factory=list)
+    ignored_values: int = 0  # values of columns unknown to the mirror, dropped (schema_evolution: ignore)
 
 
 BarrierHandler = Callable[["TableApplier", dict[str, Any]], None]
@@ -84,6 +86,7 @@ class TableApplier:
         zero_dates: str = "null",
         on_barrier: BarrierHandler | None = None,
         add_columns: bool = True,
+        policy: str = "lenient",
     ) -> None:
         self.work = work
         self.state = state
@@ -92,6 +95,7 @@ class TableApplier:
         self.zero_dates = zero_dates
         self.on_barrier = on_barrier
         self.add_columns = add_columns
+        self.policy = policy  # schema_evolution of this table: lenient / evolve / ignore / fail
         self.result = TableResult(work.table, state=work.state)
         self.table_state = work.state
 
@@ -104,10 +108,13 @@ class TableApplier:
         schema = self.mirror.schema()
         return pa.schema([f for f in schema if f.name not in CDC_COLUMNS])
 
-    def ensure_table(self, columns: Sequence[str]) -> None:
-        """Create the mirror on first sight, typed from the source types; add columns it has not seen."""
+    def ensure_table(self, columns: Sequence[str], part: pa.Table | None = None) -> None:
+        """Create the mirror on first sight, typed from the source types; add the columns of this segment's
+        rows it has not seen (lenient / evolve), or drop and count them (ignore), or stop (fail)."""
         key = self.table_state.primary_key
-        ordered = [*key, *[c for c in self.work.types if c not in key]]
+        present = set(columns)
+        # Only this segment's columns: a column dropped by a DDL earlier in the batch must not come back.
+        ordered = [*key, *[c for c in self.work.types if c not in key and c in present]]
         ordered += [c for c in columns if c not in ordered]
         fields = []
         for name in ordered:
@@ -121,8 +128,24 @@ class TableApplier:
             return
         existing = set(self.mirror.schema().names)
         missing = [f for f in fields if f.name not in existing]
-        if missing and self.add_columns:
-            self.mirror.add_columns(missing)
+        if not missing:
+            return
+        if self.policy == "ignore" or not self.add_columns:
+            if part is not None and part.num_rows:
+                keys = part["image"].combine_chunks().keys
+                unknown = pa.array([f.name for f in missing], pa.string())
+                self.result.ignored_values += int(pc.sum(pc.is_in(keys, value_set=unknown)).as_py() or 0)
+            return
+        if self.policy == "fail":
+            from replicator.schema_changes import SchemaChangeFailed
+
+            first = part["position"][0].as_py() if part is not None and part.num_rows else None
+            name = ".".join(filter(None, self.work.table))
+            raise SchemaChangeFailed(
+                f"new columns {[f.name for f in missing]} in rows of {name} without a DDL (at {first})"
+                "  [schema_evolution: fail]"
+            )
+        self.mirror.add_columns(missing)
 
     # ---- typing -------------------------------------------------------------------------------------------
     def typed(self, rows: pa.Table) -> tuple[pa.Table, list[DeadRow]]:
@@ -175,7 +198,9 @@ class TableApplier:
             return batch
         stored = stored.rename_columns([*key, "_tomb_seq"])
         joined = batch.join(stored, key, join_type="left outer")
-        newer = pc.or_(pc.is_null(joined["_tomb_seq"]), pc.greater(joined[CDC_SEQ], joined["_tomb_seq"]))
+        # Kleene OR: a key without a tombstone compares to NULL; plain OR would make the row NULL (dropped).
+        tomb = joined["_tomb_seq"]
+        newer = pc.or_kleene(pc.is_null(tomb), pc.greater(joined[CDC_SEQ], tomb))
         return joined.filter(newer).drop_columns(["_tomb_seq"]).select(batch.schema.names)
 
     def update_tombstones(self, batch: pa.Table) -> None:
@@ -278,13 +303,18 @@ class TableApplier:
         part, dead = self.resolve_patches(part)
         self.result.dead.extend(dead)
         keys = pc.unique(part["image"].combine_chunks().keys).to_pylist() if part.num_rows else []
-        self.ensure_table(keys)
+        self.ensure_table(keys, part)
         typed, dead = self.typed(part)
         self.result.dead.extend(dead)
         typed = self.guard(typed)
         if typed.num_rows == 0:
             return False
-        merged = self.mirror.merge_guarded(typed, self._key(), CDC_SEQ, CDC_OP, txn)
+        from replicator.phases import append_snapshot
+
+        if append_snapshot(self, typed, txn):
+            merged = MergeResult(inserted=typed.num_rows)
+        else:
+            merged = self.mirror.merge_guarded(typed, self._key(), CDC_SEQ, CDC_OP, txn)
         self.result.merged = self.result.merged + merged
         self.update_tombstones(typed)
         last = pc.max(typed[CDC_SEQ]).as_py()
@@ -305,7 +335,10 @@ class TableApplier:
                  kind=event.get("ddl_kind"), sql=event.get("ddl_sql"))
 
     def truncate(self, seq_text: str) -> None:
-        """Empty the mirror; events at or before ``seq_text`` can no longer bring rows back."""
+        """Empty the mirror of rows older than ``seq_text``; events at or before it can no longer bring rows
+        back. A TRUNCATE that arrives late (another partition, a redelivery) keeps the newer rows and the
+        newer truncate point."""
         if self.mirror.exists():
-            self.mirror.delete_where(None, None)
-        self.table_state = replace(self.table_state, truncate_seq=seq_text)
+            self.mirror.delete_where(f"{CDC_SEQ} < '{seq_text}'", None)
+        if (self.table_state.truncate_seq or "") < seq_text:
+            self.table_state = replace(self.table_state, truncate_seq=seq_text)

@@ -1,4 +1,4 @@
-"""The ``replicator`` command: mirror, decode, status (bootstrap and replay arrive with their issue)."""
+"""The ``replicator`` command: mirror, bootstrap, replay, decode, status, show."""
 
 from __future__ import annotations
 
@@ -43,10 +43,40 @@ def _decode(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bootstrap(args: argparse.Namespace) -> int:
+    from replicator.bootstrap import bootstrap
+
+    config = load_config(args.config)
+    states = bootstrap(
+        config, args.snapshot, args.position, restart=args.restart, progress=not args.no_progress
+    )
+    for s in states:
+        name = ".".join(p for p in (s.database, s.schema, s.table) if p)
+        print(f"{name}: {s.phase}, {s.snapshot_rows} snapshot rows, mirror continues after "
+              f"{s.last_position or s.truncate_seq or '-'}")
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from replicator.replay import replay, replay_mirror_version
+
+    config = load_config(args.config)
+    if args.mirror_version is not None:
+        for name in replay_mirror_version(config, args.target_path, args.mirror_version, args.tables):
+            print(f"{name}: copied as of {args.mirror_version}")
+        return 0
+    from replicator.spark import get_spark
+
+    summary = replay(get_spark(config), config, args.target_path, as_of=args.as_of, position=args.position,
+                     tables=args.tables)
+    print(f"replayed {summary.events} events into {len(summary.tables)} tables under {args.target_path}")
+    return 0
+
+
 def _status(args: argparse.Namespace) -> int:
     from replicator.status import print_status
 
-    return print_status(load_config(args.config), as_json=args.json)
+    return print_status(load_config(args.config), as_json=args.json, last_batches=args.batches)
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -73,9 +103,28 @@ def build_parser() -> argparse.ArgumentParser:
     decode.add_argument("--json", action="store_true", help="one JSON object per line")
     decode.set_defaults(func=_decode)
 
+    boot = sub.add_parser("bootstrap", help="load a full snapshot into fresh mirrors (docs/operations.md)")
+    boot.add_argument("--config", required=True)
+    boot.add_argument("--snapshot", required=True, help="messages, <db>/<table>/*.parquet|csv or a manifest")
+    boot.add_argument("--position", default=None, help="source position the snapshot was taken at")
+    boot.add_argument("--restart", action="store_true", help="replace mirrors left by an earlier bootstrap")
+    boot.add_argument("--no-progress", action="store_true")
+    boot.set_defaults(func=_bootstrap)
+
+    rep = sub.add_parser("replay", help="rebuild mirrors as of a time or position from the change log")
+    rep.add_argument("--config", required=True)
+    cut = rep.add_mutually_exclusive_group(required=True)
+    cut.add_argument("--as-of", default=None, help="source event time: ISO-8601 or epoch ms (inclusive)")
+    cut.add_argument("--position", default=None, help="source position (inclusive)")
+    cut.add_argument("--mirror-version", default=None, help="Delta time travel: version or time")
+    rep.add_argument("--target-path", required=True)
+    rep.add_argument("--tables", default=None, help="glob on database.table")
+    rep.set_defaults(func=_replay)
+
     status = sub.add_parser("status", help="tables, phases, positions, dead letters, recent batches")
     status.add_argument("--config", required=True)
     status.add_argument("--json", action="store_true")
+    status.add_argument("--batches", type=int, default=10, help="how many recent micro-batches to show")
     status.set_defaults(func=_status)
 
     show = sub.add_parser("show", help="print mirror tables (rows ordered by primary key)")

@@ -116,6 +116,7 @@ class TriggerConfig(_Model):
 
 class TombstoneConfig(_Model):
     retention: dt.timedelta = dt.timedelta(days=7)
+    expire_every_batches: int = Field(default=10, ge=1, description="batches between tombstone expiry runs")
 
     @field_validator("retention", mode="before")
     @classmethod
@@ -127,6 +128,30 @@ class ChangelogConfig(_Model):
     enabled: bool = True
 
 
+class RouteRule(_Model):
+    """Many source tables -> one mirror (sharding): ``match`` is a regex on ``database.table``
+    (``database.schema.table`` for sources with schemas), matched whole; ``to`` the mirror's name."""
+
+    match: str
+    to: str = Field(pattern=r"^[^.]+\.[^.]+(\.[^.]+)?$")
+    source_in_key: bool = Field(
+        default=False, description="add _cdc_source_database / _cdc_source_table to the key (colliding keys)"
+    )
+
+    @field_validator("match")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+    def target(self) -> tuple[str, str | None, str]:
+        parts = self.to.split(".")
+        return (parts[0], None, parts[1]) if len(parts) == 2 else (parts[0], parts[1], parts[2])
+
+
 class TablesConfig(_Model):
     include: list[str] = Field(default_factory=lambda: ["*"], description="globs on database.table")
     exclude: list[str] = Field(default_factory=list, description="globs on database.table")
@@ -134,6 +159,10 @@ class TablesConfig(_Model):
         default_factory=dict,
         description="glob on database.table -> primary key columns, for formats whose messages carry none",
     )
+    route: list[RouteRule] = Field(default_factory=list, description="source table regexes -> one mirror")
+
+    def routed_target(self, name: str) -> bool:
+        return any(rule.to == name for rule in self.route)
 
     def selected(self, name: str) -> bool:
         from fnmatch import fnmatchcase
@@ -151,6 +180,22 @@ class TablesConfig(_Model):
         return None
 
 
+class SchemaEvolutionConfig(_Model):
+    """``schema_evolution: {default: lenient, tables: {"shop.audit*": ignore}}``; the first matching glob
+    (on ``database.table``) wins."""
+
+    default: SchemaPolicy = "lenient"
+    tables: dict[str, SchemaPolicy] = Field(default_factory=dict)
+
+    def policy_for(self, name: str) -> SchemaPolicy:
+        from fnmatch import fnmatchcase
+
+        for pattern, policy in self.tables.items():
+            if fnmatchcase(name, pattern):
+                return policy
+        return self.default
+
+
 class SparkConfig(_Model):
     master: str | None = None
     conf: dict[str, str] = Field(default_factory=dict)
@@ -163,12 +208,18 @@ class JobConfig(_Model):
     state: StateConfig
     trigger: TriggerConfig = TriggerConfig()
     on_error: OnError = "dead_letter"
-    schema_evolution: SchemaPolicy = "lenient"
+    schema_evolution: SchemaPolicy | SchemaEvolutionConfig = "lenient"
     tables: TablesConfig = TablesConfig()
     changelog: ChangelogConfig = ChangelogConfig()
     tombstones: TombstoneConfig = TombstoneConfig()
     spark: SparkConfig = SparkConfig()
     config_file: Path | None = Field(default=None, exclude=True)
+
+    def schema_policy(self, name: str) -> SchemaPolicy:
+        """The schema-evolution policy of a mirror table (``database.table``)."""
+        if isinstance(self.schema_evolution, SchemaEvolutionConfig):
+            return self.schema_evolution.policy_for(name)
+        return self.schema_evolution
 
     def resolved(self, base: Path) -> JobConfig:
         """Resolve relative paths against ``base`` (the job file's folder)."""

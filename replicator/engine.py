@@ -7,6 +7,7 @@ there are any, dead letters. Tables are then applied in parallel threads (delta-
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -17,13 +18,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator.apply import DeadRow, TableApplier, TableBatch, TableResult
+from replicator.barriers import declared_keys, plan_barriers, rename_units
 from replicator.changelog import Barrier, TableId, assign_segments, fold, table_match, with_keys
 from replicator.config import JobConfig
 from replicator.dialects.base import DecodeOptions, decode
 from replicator.logging import get_logger
 from replicator.model import BARRIER_OPS, DML_OPS, parse_seq_text, seq_text, seq_text_sql
+from replicator.phases import advance_all, after_horizon, bulk_load, table_activity
+from replicator.routing import route
 from replicator.sinks import writer_factory
 from replicator.state import DEAD_LETTER_SCHEMA, BatchSummary, State, TableState, now
+from replicator.tombstones import expire_tombstones
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -85,7 +90,12 @@ class Engine:
 
         started = time.monotonic()
         records = records.withColumn("batch_id", F.lit(batch_id).cast("bigint"))
-        decoded = decode(records, self.config.source.dialect, self.options).persist(StorageLevel.MEMORY_AND_DISK)
+        # A large file is one binaryFile row, hence one task: spread its lines over the cores to decode.
+        parallelism = records.sparkSession.sparkContext.defaultParallelism
+        if records.rdd.getNumPartitions() < parallelism:
+            records = records.repartition(parallelism)
+        decoded = route(decode(records, self.config.source.dialect, self.options), self.config.tables.route)
+        decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             summary = self._process(records, decoded, batch_id)
         finally:
@@ -133,19 +143,33 @@ class Engine:
                     tables[table] = key
                 else:
                     tables.setdefault(table, key)
-        selected, unkeyed, excluded_events = {}, [], 0
+        # Barrier events first (one collect): a CREATE declares the key of a table before any of its DML.
+        all_barriers = [
+            r.asDict(recursive=True)
+            for r in decoded.where(ok & F.col("op").isin(*BARRIER_OPS) & F.col("table").isNotNull())
+            .drop("raw", "error").withColumn("seq_text", F.expr(seq_text_sql())).orderBy("seq").collect()
+        ]
+        phases.lap("barriers")
+        self.activity = table_activity(groups, all_barriers)  # phases: snapshot rows / incremental per table
+        selected, unkeyed, excluded_events, barrier_only = {}, [], 0, []
         for table, key in tables.items():
-            if not self.config.tables.selected(f"{table[0]}.{table[2]}"):
+            name = f"{table[0]}.{table[2]}"
+            if not (self.config.tables.selected(name) or self.config.tables.routed_target(table_name(table))):
                 excluded_events += sum(
                     g["n"] for g in groups if g["ok"] and (g["database"], g["schema"], g["table"]) == table
                 )
                 continue
             known = registry.get(table)
-            key = key or self.config.tables.key_for(f"{table[0]}.{table[2]}") or list(known.primary_key if known else [])
+            key = key or self.config.tables.key_for(name) or list(known.primary_key if known else [])
+            own_barriers = [r for r in all_barriers if (r["database"], r["schema"], r["table"]) == table]
+            if not key and self.on_barrier is not None:
+                key = next((list(k) for r in own_barriers if (k := declared_keys(r))), [])
             if key:
                 selected[table] = key
             else:
                 unkeyed.append(table)
+                if own_barriers:  # its DDL still applies (the DML waits for a key)
+                    barrier_only.append(table)
         summary.filtered += excluded_events
         summary.events = sum(g["n"] for g in groups if g["ok"] and g["op"] != "filtered")
 
@@ -158,10 +182,11 @@ class Engine:
         for table in selected:
             in_scope = in_scope | table_match(table)
         events = with_keys(events.where(in_scope), selected)
-        barrier_rows = [r.asDict(recursive=True) for r in events.where(F.col("op").isin(*BARRIER_OPS))
-                        .withColumn("seq_text", F.expr(seq_text_sql())).orderBy("seq").collect()]
-        barriers = [Barrier((r["database"], r["schema"], r["table"]), tuple(r["seq"])) for r in barrier_rows]
-        phases.lap("barriers")
+        scope = {*selected, *barrier_only}
+        barrier_rows = [r for r in all_barriers if (r["database"], r["schema"], r["table"]) in scope]
+        barrier_rows = after_horizon(barrier_rows, registry)  # not at/before a truncate or snapshot point
+        by_table, links = plan_barriers(barrier_rows, self.on_barrier is not None)
+        barriers = [Barrier(table, tuple(r["seq"])) for table, rows in by_table.items() for r in rows]
         types = self._source_types(events)
         phases.lap("types")
         folded = fold(assign_segments(events, barriers)).toArrow()
@@ -170,7 +195,8 @@ class Engine:
         dead_rows: list[DeadRow] = []
         if unkeyed:
             dead_rows += self._unkeyed(decoded, unkeyed)
-        results = self._apply_tables(folded, barrier_rows, types, selected, registry, batch_id)
+        keys = {**{t: [] for t in barrier_only}, **selected}
+        results = self._apply_tables(folded, by_table, links, types, keys, registry, batch_id)
         phases.lap("apply")
         for result in results:
             dead_rows.extend(result.dead)
@@ -180,12 +206,17 @@ class Engine:
                     "inserted": result.merged.inserted, "updated": result.merged.updated,
                     "deleted": result.merged.deleted, "ddl": len(result.ddl), "dead_letters": len(result.dead),
                 }
+                if result.ignored_values:
+                    summary.tables[name]["ignored_values"] = result.ignored_values
         if dead_rows:
             dead = self._engine_dead_letters(records, dead_rows, batch_id)
             self.state.write_dead_letters(dead, batch_id, ":apply")
             summary.dead_letters += dead.num_rows
         summary.applied = summary.events - excluded_events - len(dead_rows)
-        self.state.save_tables([r.state for r in results if r.state is not None], batch_id)
+        self.state.save_tables(advance_all(results, registry, self.activity), batch_id)
+        expire_tombstones(
+            self.state, [r.state for r in results if r.state is not None], self.config.tombstones, batch_id
+        )
         phases.lap("state")
         summary.phases_ms = phases.ms
         self._fail_on_rows(dead_rows)
@@ -195,23 +226,33 @@ class Engine:
     def _source_types(self, events: DataFrame) -> dict[TableId, dict[str, str]]:
         from pyspark.sql import functions as F
 
+        # A table's type map rarely changes inside a batch: group by its JSON text (a few distinct maps per
+        # table) instead of exploding every event's map, then merge the maps on the driver in seq order.
         rows = (
             events.where(F.col("op").isin(*DML_OPS))
-            .select("database", "schema", "table", "seq", F.posexplode("source_types").alias("pos", "column", "type"))
-            .groupBy("database", "schema", "table", "column")
-            .agg(F.max_by("type", "seq").alias("type"), F.min(F.struct("seq", "pos")).alias("first"))
+            .groupBy("database", "schema", "table", F.to_json("source_types").alias("types"))
+            .agg(F.min("seq").alias("first"), F.max("seq").alias("last"))
             .collect()
         )
-        result: dict[TableId, list[tuple[Any, str, str]]] = {}
+        result: dict[TableId, dict[str, str]] = {}
+        by_table: dict[TableId, list[Any]] = {}
         for r in rows:
-            first = (tuple(r["first"]["seq"]), r["first"]["pos"])
-            result.setdefault((r["database"], r["schema"], r["table"]), []).append((first, r["column"], r["type"]))
-        return {t: {c: ty for _f, c, ty in sorted(cols, key=lambda x: x[0])} for t, cols in result.items()}
+            by_table.setdefault((r["database"], r["schema"], r["table"]), []).append(r)
+        for table, maps in by_table.items():
+            merged: dict[str, str] = {}
+            for r in sorted(maps, key=lambda r: tuple(r["first"])):  # first-seen column order
+                for column in json.loads(r["types"] or "{}"):
+                    merged.setdefault(column, "")
+            for r in sorted(maps, key=lambda r: tuple(r["last"])):  # the latest type of each column wins
+                merged.update(json.loads(r["types"] or "{}"))
+            result[table] = {c: t for c, t in merged.items() if t}
+        return result
 
     def _apply_tables(
         self,
         folded: pa.Table,
-        barrier_rows: list[dict[str, Any]],
+        by_table: dict[TableId, list[dict[str, Any]]],
+        links: list[tuple[TableId, TableId, str]],
         types: dict[TableId, dict[str, str]],
         keys: dict[TableId, list[str]],
         registry: dict[TableId, TableState],
@@ -221,24 +262,29 @@ class Engine:
         for table, rows in _split_by_table(folded):
             if table not in keys:
                 continue
-            work.append(self._table_batch(table, rows, barrier_rows, types, keys, registry))
+            work.append(self._table_batch(table, rows, by_table, types, keys, registry))
         seen = {w.table for w in work}
-        for table in {(r["database"], r["schema"], r["table"]) for r in barrier_rows} - seen:
+        for table in set(by_table) - seen:
             if table in keys:
-                work.append(self._table_batch(table, folded.slice(0, 0), barrier_rows, types, keys, registry))
+                work.append(self._table_batch(table, folded.slice(0, 0), by_table, types, keys, registry))
 
         def run(item: TableBatch) -> TableResult:
             return TableApplier(
                 item, self.state, batch_id, timezone=self.options.timezone, zero_dates=self.options.zero_dates,
                 on_barrier=self.on_barrier,
+                policy=self.config.schema_policy(f"{item.table[0]}.{item.table[2]}"),
             ).run()
 
-        if len(work) <= 1:
-            return [run(w) for w in work]
-        with ThreadPoolExecutor(max_workers=min(8, len(work))) as pool:
-            return list(pool.map(run, work))
+        def run_unit(unit: list[TableBatch]) -> list[TableResult]:
+            return [run(item) for item in unit]  # tables linked by a RENAME: in order, one thread
 
-    def _table_batch(self, table, rows, barrier_rows, types, keys, registry) -> TableBatch:  # type: ignore[no-untyped-def]
+        units = rename_units(work, links)
+        if len(units) <= 1:
+            return [r for unit in units for r in run_unit(unit)]
+        with ThreadPoolExecutor(max_workers=min(8, len(units))) as pool:
+            return [r for results in pool.map(run_unit, units) for r in results]
+
+    def _table_batch(self, table, rows, by_table, types, keys, registry) -> TableBatch:  # type: ignore[no-untyped-def]  # noqa: E501
         state = registry.get(table) or TableState(
             table[0], table[1], table[2], mirror=str(self.mirror_path(table)), primary_key=tuple(keys[table])
         )
@@ -248,9 +294,10 @@ class Engine:
             table=table,
             mirror=self.writer(state.mirror),
             rows=rows,
-            barriers=[r for r in barrier_rows if (r["database"], r["schema"], r["table"]) == table],
+            barriers=by_table.get(table, []),
             types=types.get(table, {}),
             state=state,
+            bulk=bulk_load(registry.get(table), self.activity.get(table)),
         )
 
     def _decode_dead_letters(self, decoded: DataFrame, batch_id: int) -> pa.Table:
@@ -360,16 +407,21 @@ def _dead_table(rows: pa.Table, batch_id: int) -> pa.Table:
 
 
 def _split_by_table(folded: pa.Table) -> Iterable[tuple[TableId, pa.Table]]:
+    """Sort once by table, then slice at the run boundaries (vectorized: no per-row Python)."""
     if folded.num_rows == 0:
         return
     ordered = folded.sort_by([("database", "ascending"), ("schema", "ascending"), ("table", "ascending")])
-    ids = list(zip(ordered["database"].to_pylist(), ordered["schema"].to_pylist(), ordered["table"].to_pylist(),
-                   strict=True))
-    start = 0
-    for i in range(1, len(ids) + 1):
-        if i == len(ids) or ids[i] != ids[start]:
-            yield ids[start], ordered.slice(start, i - start)
-            start = i
+    ident = pc.binary_join_element_wise(
+        pc.fill_null(ordered["database"], ""), pc.fill_null(ordered["schema"], "\x00"),
+        pc.fill_null(ordered["table"], ""), "\x1f",
+    ).combine_chunks()
+    n = ordered.num_rows
+    changes = pc.indices_nonzero(pc.not_equal(ident.slice(1), ident.slice(0, n - 1))).to_pylist()
+    starts = [0, *[i + 1 for i in changes]]
+    for start, end in zip(starts, [*starts[1:], n], strict=True):
+        first = ordered.slice(start, 1)
+        table = (first["database"][0].as_py(), first["schema"][0].as_py(), first["table"][0].as_py())
+        yield table, ordered.slice(start, end - start)
 
 
 __all__ = ["Engine", "RecordFailed", "parse_seq_text", "seq_text"]

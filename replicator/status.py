@@ -33,6 +33,9 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
                 "table": name,
                 "phase": "dropped" if table.dropped else table.phase,
                 "rows": rows,
+                "snapshot_rows": table.snapshot_rows,
+                "last_seq": table.last_seq,
+                "horizon": table.truncate_seq,
                 "primary_key": list(table.primary_key),
                 "last_position": table.last_position,
                 "last_event_time": table.last_event_time.isoformat() if table.last_event_time else None,
@@ -52,16 +55,20 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
     return {"job": config.name, "tables": tables, "dead_letters": dead_total, "batches": batches}
 
 
-def print_status(config: JobConfig, as_json: bool = False) -> int:
-    status = collect_status(config)
+def print_status(config: JobConfig, as_json: bool = False, last_batches: int = 10) -> int:
+    status = collect_status(config, last_batches)
     if as_json:
         print(json.dumps(status, indent=1, default=str))
         return 0
     print(f"job {status['job']}: {len(status['tables'])} tables, {status['dead_letters']} dead letters")
-    print(f"{'table':32} {'phase':18} {'rows':>10} {'lag(s)':>10}  last position")
+    print(f"{'table':32} {'phase':18} {'rows':>10} {'snapshot':>10} {'dead':>6} {'lag(s)':>10}  "
+          "last position @ event time")
     for t in status["tables"]:
         lag = f"{t['lag_seconds']:.0f}" if t["lag_seconds"] is not None else "-"
-        print(f"{t['table']:32} {t['phase']:18} {t['rows']:>10} {lag:>10}  {t['last_position'] or '-'}")
+        print(
+            f"{t['table']:32} {t['phase']:18} {t['rows']:>10} {t['snapshot_rows']:>10} "
+            f"{t['dead_letters']:>6} {lag:>10}  {t['last_position'] or '-'} @ {t['last_event_time'] or '-'}"
+        )
     print("recent batches:")
     for b in status["batches"]:
         print(

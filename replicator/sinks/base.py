@@ -73,6 +73,26 @@ class MirrorWriter(ABC):
     @abstractmethod
     def read(self, columns: Sequence[str] | None = None, filter_: object | None = None) -> pa.Table: ...
 
+    # ---- schema changes (replicator.schema_changes) -------------------------------------------------------
+    def overwrite(self, data: pa.Table, txn: Txn | None = None) -> None:
+        """Replace the table's rows *and schema* with ``data`` (a rewrite: drop / rename a column, change a
+        type Delta cannot alter in place). Older versions stay in the Delta history until vacuumed."""
+        raise NotImplementedError(f"{type(self).__name__} cannot rewrite a table")
+
+    def drop(self) -> None:
+        """Delete the table (its whole directory)."""
+        import shutil
+
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def move_to(self, path: str | Path) -> None:
+        """Move the table's directory to ``path`` (a renamed source table); the parent folder is created."""
+        import shutil
+
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(self.path, target)
+
 
 WriterFactory = Callable[[str | Path], MirrorWriter]
 

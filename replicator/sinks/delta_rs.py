@@ -86,6 +86,13 @@ class DeltaRsWriter(MirrorWriter):
         table = self._table()
         table.create_write_transaction([], mode="append", schema=table.schema(), commit_properties=_commit(txn))
 
+    def overwrite(self, data: pa.Table, txn: Txn | None = None) -> None:
+        from deltalake import write_deltalake
+
+        write_deltalake(
+            self.path, data, mode="overwrite", schema_mode="overwrite", commit_properties=_commit(txn)
+        )
+
     def read(self, columns: Sequence[str] | None = None, filter_: object | None = None) -> pa.Table:
         if not self.exists():
             raise FileNotFoundError(self.path)

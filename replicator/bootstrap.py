@@ -1,0 +1,355 @@
+"""``replicator bootstrap``: load a full snapshot into fresh mirrors, then hand over to ``mirror``.
+
+Two kinds of snapshot (docs/operations.md "Bootstrap"):
+
+- **messages** (DRS INIT_DDL/INIT, Debezium ``r``, any dialect): the folder's files go through the engine
+  in batches of files, under the app id ``<job>.bootstrap``; a batch already recorded is skipped on a re-run.
+- **table files**: ``<db>/<table>/*.parquet|*.csv`` or a manifest (JSON) naming each table's files, key,
+  types and position. Each file is one Delta append carrying the app transaction (``<job>.bootstrap``,
+  file index), so a re-run skips the files already in and never duplicates a row. The rows get
+  ``_cdc_op = snapshot`` and ``_cdc_seq`` = the position's horizon.
+
+Afterwards each table's horizon (``truncate_seq``) is the declared position: ``mirror`` skips incremental
+events at or before it and merges later ones.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from replicator.apply import CDC_FIELDS
+from replicator.config import ConfigError, JobConfig
+from replicator.logging import get_logger
+from replicator.model import CDC_EVENT_TIME, CDC_OP, CDC_POSITION, CDC_SEQ
+from replicator.phases import INCREMENTAL, LOADING, SNAPSHOT_DONE, SNAPSHOT_LOADING, SNAPSHOT_SCHEMA
+from replicator.positions import horizon, parse_time
+from replicator.sinks import writer_factory
+from replicator.state import State, TableState
+from replicator.types import column_type, parse_values
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = get_logger("replicator.bootstrap")
+
+TABLE_FILES = (".parquet", ".csv")
+MESSAGE_FILES = (".json", ".jsonl", ".avro", ".b64")
+DONE_MARK = "replicator.bootstrap"  # commit metadata of a table file snapshot's last commit
+
+
+class BootstrapError(ConfigError):
+    """A snapshot that cannot be loaded (layout, missing key, a mirror that is not fresh)."""
+
+
+@dataclass
+class TableSnapshot:
+    database: str
+    table: str
+    files: list[Path]
+    key: list[str]
+    format: str = "parquet"
+    types: dict[str, str] = field(default_factory=dict)
+    position: str | None = None
+    event_time: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.database}.{self.table}"
+
+
+def app_id(config: JobConfig) -> str:
+    return f"{config.name}.bootstrap"
+
+
+# ---- table files -------------------------------------------------------------------------------------------
+def _key(config: JobConfig, name: str, declared: list[str] | None) -> list[str]:
+    key = declared or config.tables.key_for(name)
+    if not key:
+        raise BootstrapError(
+            f"no primary key for {name}: give 'key' in the manifest or tables.keys in the job file"
+        )
+    return list(key)
+
+
+def read_manifest(config: JobConfig, path: Path, position: str | None) -> list[TableSnapshot]:
+    """``{"position": ..., "event_time": ..., "tables": [{"database", "table", "files": [globs], "key",
+    "format", "types", "position"}]}``; file globs are relative to the manifest's folder."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BootstrapError(f"{path}: cannot read the manifest: {exc}") from None
+    result = []
+    for i, entry in enumerate(data.get("tables") or []):
+        try:
+            database, table = entry["database"], entry["table"]
+        except KeyError as exc:
+            raise BootstrapError(f"{path}: tables[{i}] needs {exc.args[0]!r}") from None
+        files = sorted(
+            {
+                f
+                for pattern in entry.get("files") or [f"{database}/{table}/*"]
+                for f in path.parent.glob(pattern)
+                if f.suffix in TABLE_FILES
+            }
+        )
+        if not files:
+            raise BootstrapError(f"{path}: tables[{i}] ({database}.{table}) names no .parquet/.csv file")
+        result.append(
+            TableSnapshot(
+                database,
+                table,
+                files,
+                _key(config, f"{database}.{table}", entry.get("key")),
+                entry.get("format") or files[0].suffix[1:],
+                dict(entry.get("types") or {}),
+                entry.get("position") or data.get("position") or position,
+                entry.get("event_time") or data.get("event_time"),
+            )
+        )
+    return result
+
+
+def scan_folder(config: JobConfig, root: Path, position: str | None) -> list[TableSnapshot]:
+    """``<root>/<database>/<table>/*.parquet|*.csv``."""
+    result = []
+    for folder in sorted(p for p in root.glob("*/*") if p.is_dir()):
+        files = sorted(f for f in folder.iterdir() if f.suffix in TABLE_FILES)
+        if files:
+            database, table = folder.parent.name, folder.name
+            key = _key(config, f"{database}.{table}", None)
+            result.append(TableSnapshot(database, table, files, key, files[0].suffix[1:], position=position))
+    return result
+
+
+def read_table_file(snapshot: TableSnapshot, path: Path) -> pa.Table:
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path)
+    import pyarrow.csv as pcsv
+
+    if not snapshot.types:
+        return pcsv.read_csv(path)
+    # Declared source types: the CSV holds canonical value text, parsed like event values.
+    text = pcsv.read_csv(
+        path,
+        convert_options=pcsv.ConvertOptions(
+            column_types=dict.fromkeys(snapshot.types, pa.string()), strings_can_be_null=True
+        ),
+    )
+    columns = {}
+    for name in text.column_names:
+        target = column_type(snapshot.types.get(name)).arrow
+        typed, errors = parse_values(text[name].combine_chunks(), target)
+        if errors:
+            raise BootstrapError(f"{path}: line {errors[0].row + 2}, column {name!r}: {errors[0].message}")
+        columns[name] = typed
+    return pa.table(columns)
+
+
+def with_cdc(data: pa.Table, snapshot: TableSnapshot, seq: str) -> pa.Table:
+    n = data.num_rows
+    event_time = parse_time(snapshot.event_time) if snapshot.event_time else None
+    values = {
+        CDC_OP: pa.array(["snapshot"] * n, pa.string()),
+        CDC_SEQ: pa.array([seq] * n, pa.string()),
+        CDC_EVENT_TIME: pa.array([event_time] * n, pa.timestamp("us", tz="UTC")),
+        CDC_POSITION: pa.array([snapshot.position] * n, pa.string()),
+    }
+    for f in CDC_FIELDS:
+        data = data.append_column(f, values[f.name])
+    return data
+
+
+def _mirror_schema(data: pa.Table, key: list[str]) -> pa.Schema:
+    missing = [k for k in key if k not in data.column_names]
+    if missing:
+        raise BootstrapError(f"key columns {missing} are not in the snapshot (columns: {data.column_names})")
+    fields = [data.schema.field(k).with_nullable(False) for k in key]
+    fields += [f for f in data.schema if f.name not in key]
+    return pa.schema([*fields, *CDC_FIELDS])
+
+
+def load_table(
+    state: State, config: JobConfig, snapshot: TableSnapshot, restart: bool, bar: Any
+) -> TableState:
+    """Load one table's files; returns its state (phase ``snapshot_done``, horizon = the position)."""
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+    if not snapshot.position:
+        raise BootstrapError(
+            f"{snapshot.name}: a snapshot of table files needs --position (or 'position' in "
+            "the manifest): the source position the snapshot was taken at"
+        )
+    table_id = (snapshot.database, None, snapshot.table)
+    mirror = state.writer(Path(config.target.path) / snapshot.database / snapshot.table)
+    known = state.tables().get(table_id)
+    app = app_id(config)
+    seq = horizon(snapshot.position)
+    # An interrupted bootstrap of ours left the table loading at the same position: resume it.
+    ours = known is not None and known.phase in LOADING and known.truncate_seq == seq
+    if restart or (mirror.exists() and not ours):
+        if mirror.exists() and not restart:
+            raise BootstrapError(
+                f"{snapshot.name}: the mirror {mirror.path} is neither fresh nor an interrupted bootstrap "
+                "at this position; rerun with --restart to replace it"
+            )
+        mirror.drop()
+        state.tombstones(table_id).drop()
+        known = None
+    done = mirror.applied_version(app)
+    base = TableState(
+        snapshot.database,
+        None,
+        snapshot.table,
+        mirror=mirror.path,
+        primary_key=tuple(snapshot.key),
+        phase=SNAPSHOT_SCHEMA,
+        truncate_seq=seq,
+    )
+    table_state = (
+        replace(base, phase=SNAPSHOT_LOADING, snapshot_rows=known.snapshot_rows)
+        if (known is not None and done is not None)
+        else base
+    )
+    state.save_tables([table_state], 0)
+    for index, path in enumerate(snapshot.files):
+        if done is not None and index <= done:
+            bar.update(1)
+            continue
+        data = read_table_file(snapshot, path)
+        if not mirror.exists():
+            mirror.create(_mirror_schema(data, snapshot.key))
+        schema = mirror.schema()
+        data = with_cdc(data, snapshot, seq)
+        data = data.select(schema.names).cast(schema)
+        last = index == len(snapshot.files) - 1
+        write_deltalake(
+            mirror.path,
+            data,
+            mode="append",
+            schema_mode="merge",
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(app, index)],
+                custom_metadata={DONE_MARK: seq} if last else None,
+            ),
+        )
+        table_state = replace(
+            table_state, phase=SNAPSHOT_LOADING, snapshot_rows=table_state.snapshot_rows + data.num_rows
+        )
+        state.save_tables([table_state], 0)
+        bar.update(1)
+    rows = DeltaTable(mirror.path).to_pyarrow_dataset().count_rows() if mirror.exists() else 0
+    event_time = parse_time(snapshot.event_time) if snapshot.event_time else None
+    final = replace(
+        table_state,
+        phase=SNAPSHOT_DONE,
+        snapshot_rows=rows,
+        last_seq=seq,
+        last_position=snapshot.position,
+        last_event_time=event_time,
+    )
+    state.save_tables([final], 0)
+    log.info("table snapshot loaded", table=snapshot.name, rows=rows, position=snapshot.position)
+    return final
+
+
+# ---- messages ---------------------------------------------------------------------------------------------
+def load_messages(
+    spark: SparkSession,
+    config: JobConfig,
+    files: list[Path],
+    position: str | None,
+    files_per_batch: int,
+    bar: Any,
+) -> list[TableState]:
+    from replicator.engine import Engine
+    from replicator.sources import BINARY_FILE_SCHEMA, file_records
+
+    engine = Engine(config.model_copy(update={"name": app_id(config)}))
+    before = engine.state.tables()
+    for batch_id, start in enumerate(range(0, len(files), files_per_batch)):
+        chunk = files[start : start + files_per_batch]
+        if engine.state.done("batches", batch_id):  # a re-run: this batch is in already
+            bar.update(len(chunk))
+            continue
+        frame = spark.read.format("binaryFile").schema(BINARY_FILE_SCHEMA).load([str(f) for f in chunk])
+        engine.process(file_records(frame), batch_id)
+        bar.update(len(chunk))
+    seq = horizon(position) if position else None
+    finished = []
+    for table, known in engine.state.tables().items():
+        old = before.get(table)
+        if known.phase == INCREMENTAL and old is not None and old.phase == INCREMENTAL:
+            continue
+        phase = SNAPSHOT_DONE if known.phase in LOADING else known.phase
+        update: dict[str, Any] = {"phase": phase}
+        if seq and (known.truncate_seq or "") < seq:
+            update["truncate_seq"] = seq
+        finished.append(replace(known, **update))
+    engine.state.save_tables(finished, 0)
+    return finished
+
+
+# ---- entry point ------------------------------------------------------------------------------------------
+def bootstrap(
+    config: JobConfig,
+    snapshot: str | Path,
+    position: str | None = None,
+    *,
+    spark: SparkSession | None = None,
+    restart: bool = False,
+    progress: bool = True,
+    files_per_batch: int = 32,
+) -> list[TableState]:
+    """Load ``snapshot`` (a folder or a manifest file); returns the loaded tables' states."""
+    from tqdm import tqdm
+
+    root = Path(snapshot)
+    if not root.exists():
+        raise BootstrapError(f"--snapshot {root}: no such file or folder")
+    state = State(config.state.path, config.name, writer_factory(config.target.writer))
+    manifest = (
+        root
+        if root.is_file() and root.suffix == ".json" and _is_manifest(root)
+        else (root / "manifest.json" if (root / "manifest.json").is_file() else None)
+    )
+    tables = (
+        read_manifest(config, manifest, position)
+        if manifest
+        else (scan_folder(config, root, position) if root.is_dir() else [])
+    )
+    tables = [t for t in tables if config.tables.selected(t.name)]
+    if tables:
+        total = sum(len(t.files) for t in tables)
+        with tqdm(total=total, unit="file", desc="bootstrap", disable=not progress) as bar:
+            return [load_table(state, config, t, restart, bar) for t in tables]
+    files = [root] if root.is_file() else sorted(f for f in root.rglob("*") if f.suffix in MESSAGE_FILES)
+    if not files:
+        raise BootstrapError(
+            f"--snapshot {root}: no table files (<db>/<table>/*.parquet|*.csv, manifest.json) "
+            f"and no message files ({', '.join(MESSAGE_FILES)})"
+        )
+    if restart:
+        raise BootstrapError(
+            "--restart replaces mirrors loaded from table files; a message snapshot resumes "
+            "where it stopped when run again (delete the mirrors and state to start over)"
+        )
+    if spark is None:
+        from replicator.spark import get_spark
+
+        spark = get_spark(config)
+    with tqdm(total=len(files), unit="file", desc="bootstrap", disable=not progress) as bar:
+        return load_messages(spark, config, files, position, files_per_batch, bar)
+
+
+def _is_manifest(path: Path) -> bool:
+    try:
+        return isinstance(json.loads(path.read_text(encoding="utf-8")).get("tables"), list)
+    except (OSError, ValueError, AttributeError):
+        return False

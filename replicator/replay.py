@@ -1,0 +1,213 @@
+"""``replicator replay``: rebuild mirror tables as of a source time or position from the change log, or
+copy a live mirror as of a Delta version / commit time.
+
+The change-log events up to the cut go through the engine's own batch code (keys, barriers, fold,
+``TableApplier`` with the schema-change hook) under a replay job (``<job>.replay``) whose target is the
+output folder and whose state lives in ``<out>/_replicator_state``: the very code ``mirror`` runs, so a
+replay to now equals the live mirror. A table bootstrapped from table files (whose rows are not in the
+change log) starts from its mirror's Delta version at the end of the bootstrap.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from replicator.bootstrap import DONE_MARK
+from replicator.config import ConfigError, JobConfig
+from replicator.logging import get_logger
+from replicator.model import seq_text_sql
+from replicator.phases import SNAPSHOT_DONE
+from replicator.positions import horizon, parse_time
+from replicator.sinks import writer_factory
+from replicator.state import BatchSummary, State, TableState
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = get_logger("replicator.replay")
+
+STATE_DIR = "_replicator_state"
+
+
+class ReplayError(ConfigError):
+    """A replay that cannot be made (empty change log, a cut before a table's snapshot, a used target)."""
+
+
+def _label(database: str, schema: str | None, table: str) -> str:
+    return ".".join(p for p in (database, schema, table) if p)
+
+
+def _wanted(pattern: str | None, database: str, table: str) -> bool:
+    return pattern is None or fnmatchcase(f"{database}.{table}", pattern)
+
+
+def changelog_frame(spark: SparkSession, state: State, pattern: str | None) -> DataFrame | None:
+    """The change log as a Spark DataFrame, reading only the partitions (database, table) wanted."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from pyspark.sql import functions as F
+
+    root = state.root / "changelog"
+    if not DeltaTable.is_deltatable(str(root)):
+        return None
+    actions = pa.table(DeltaTable(str(root)).get_add_actions(flatten=True)).to_pylist()
+    groups: dict[tuple[str, str], list[str]] = {}
+    for a in actions:
+        database, table = a.get("partition.database"), a.get("partition.table")
+        if _wanted(pattern, database, table):
+            groups.setdefault((database, table), []).append(str(root / a["path"]))
+    frame = None
+    for (database, table), files in sorted(groups.items()):
+        part = (
+            spark.read.parquet(*files)
+            .withColumn("database", F.lit(database))
+            .withColumn("table", F.lit(table))
+        )
+        frame = part if frame is None else frame.unionByName(part, allowMissingColumns=True)
+    return frame
+
+
+def replay_config(config: JobConfig, out: Path, keys: dict[str, list[str]]) -> JobConfig:
+    tables = config.tables.model_copy(update={"keys": {**keys, **config.tables.keys}})
+    return config.model_copy(
+        update={
+            "name": f"{config.name}.replay",
+            "target": config.target.model_copy(update={"path": out}),
+            "state": config.state.model_copy(update={"path": out / STATE_DIR}),
+            "changelog": config.changelog.model_copy(update={"enabled": False}),
+            "tables": tables,
+        }
+    )
+
+
+def _check_target(out: Path) -> None:
+    if out.exists() and any(out.iterdir()):
+        raise ReplayError(
+            f"--target-path {out} is not empty: replay writes fresh tables (choose a new folder)"
+        )
+
+
+def _bootstrap_base(
+    state: TableState, out: Path, cut_seq: str | None, cut_time: dt.datetime | None
+) -> str | None:
+    """Copy a file-bootstrapped table's mirror as of its bootstrap into ``out``; returns its horizon."""
+    from deltalake import DeltaTable, write_deltalake
+
+    mirror = DeltaTable(state.mirror)
+    done = next((h for h in mirror.history() if DONE_MARK in h), None)
+    if done is None:
+        return None
+    seq = str(done[DONE_MARK])
+    label = _label(state.database, state.schema, state.table)
+    if cut_seq is not None and cut_seq < seq:
+        raise ReplayError(f"{label}: the cut is before its snapshot position; the change log starts after it")
+    base = DeltaTable(state.mirror, version=int(done["version"])).to_pyarrow_table()
+    if cut_time is not None and base.num_rows:
+        import pyarrow.compute as pc
+
+        snapshot_time = pc.max(base["_cdc_event_time"]).as_py()
+        if snapshot_time is not None and cut_time < snapshot_time:
+            raise ReplayError(f"{label}: the cut is before its snapshot time {snapshot_time.isoformat()}")
+    parts = [state.database, state.schema, state.table] if state.schema else [state.database, state.table]
+    write_deltalake(str(out.joinpath(*parts)), base, mode="overwrite")
+    return seq
+
+
+def replay(
+    spark: SparkSession,
+    config: JobConfig,
+    out: str | Path,
+    *,
+    as_of: str | None = None,
+    position: str | None = None,
+    tables: str | None = None,
+) -> BatchSummary:
+    """Rebuild the mirrors (``tables``: a glob on ``database.table``) as of ``as_of`` (ISO-8601 or epoch
+    ms, inclusive) or ``position`` (inclusive) into ``out/<database>/<table>``."""
+    from pyspark.sql import functions as F
+
+    from replicator.engine import Engine
+
+    if (as_of is None) == (position is None):
+        raise ReplayError("give exactly one of --as-of TIME or --position POS")
+    out = Path(out).resolve()
+    _check_target(out)
+    live = State(config.state.path, config.name, writer_factory(config.target.writer))
+    cut_time = parse_time(as_of) if as_of is not None else None
+    cut_seq = horizon(position) if position is not None else None
+    events = changelog_frame(spark, live, tables)
+    if events is None:
+        raise ReplayError(f"no change log under {live.root / 'changelog'} (is changelog.enabled off?)")
+    if cut_time is not None:
+        events = events.where(F.col("event_time").isNull() | (F.col("event_time") <= F.lit(cut_time)))
+    else:
+        events = events.where(F.expr(seq_text_sql()) <= F.lit(cut_seq))
+    registry = {t: s for t, s in live.tables().items() if _wanted(tables, t[0], t[2])}
+    keys = {f"{t[0]}.{t[2]}": list(s.primary_key) for t, s in registry.items() if s.primary_key}
+    engine = Engine(replay_config(config, out, keys))
+    seeded = []
+    for table, known in registry.items():
+        if (
+            Path(known.mirror).exists()
+            and (seq := _bootstrap_base(known, out, cut_seq, cut_time)) is not None
+        ):
+            mirror = str(Path(engine.mirror_path(table)))
+            seeded.append(
+                TableState(
+                    *table,
+                    mirror=mirror,
+                    primary_key=known.primary_key,
+                    phase=SNAPSHOT_DONE,
+                    truncate_seq=seq,
+                    last_seq=seq,
+                    last_position=known.last_position,
+                )
+            )
+    if seeded:
+        engine.state.save_tables(seeded, 0)
+    decoded = (
+        events.drop("batch_id")
+        .withColumn("error", F.lit(None).cast("string"))
+        .withColumn("raw", F.lit(None).cast("binary"))
+        .withColumn("batch_id", F.lit(0).cast("bigint"))
+    )
+    decoded = decoded.persist()
+    try:
+        summary = engine._process(decoded, decoded, 0)  # the engine's batch, on already decoded events
+    finally:
+        decoded.unpersist()
+    engine.state.record_batch(summary)
+    log.info("replayed", target=str(out), as_of=as_of, position=position, tables=sorted(summary.tables))
+    return summary
+
+
+def replay_mirror_version(
+    config: JobConfig, out: str | Path, version: str, tables: str | None = None
+) -> list[str]:
+    """Copy each live mirror (``tables`` glob) as of a Delta version (an integer) or commit time (ISO-8601 /
+    epoch ms) into ``out/<database>/<table>``; returns the tables written."""
+    from deltalake import DeltaTable, write_deltalake
+
+    out = Path(out).resolve()
+    _check_target(out)
+    live = State(config.state.path, config.name, writer_factory(config.target.writer))
+    at: Any = int(version) if version.strip().isdigit() and len(version.strip()) < 10 else parse_time(version)
+    written = []
+    for table, known in sorted(live.tables().items(), key=lambda kv: kv[0]):
+        if not _wanted(tables, table[0], table[2]) or not DeltaTable.is_deltatable(known.mirror):
+            continue
+        mirror = DeltaTable(known.mirror)
+        try:
+            mirror.load_as_version(at)
+        except Exception as exc:  # delta-rs raises its own error types for a version out of range
+            raise ReplayError(f"{_label(*table)}: no version {version!r} of {known.mirror}: {exc}") from None
+        parts = [p for p in table if p]
+        write_deltalake(str(out.joinpath(*parts)), mirror.to_pyarrow_table(), mode="overwrite")
+        written.append(_label(*table))
+    return written
+
+
+__all__ = ["ReplayError", "replay", "replay_mirror_version"]

@@ -1,0 +1,498 @@
+"""Apply barrier events (DDL, TRUNCATE) to a mirror under the table's schema-evolution policy.
+
+``barrier_handler(config)`` returns the ``on_barrier`` hook of :class:`replicator.apply.TableApplier`: the
+event is parsed into change objects (replicator.ddl) and each one is applied by :func:`apply_change`, a
+``functools.singledispatch`` over the change types. Policies (docs/schema-evolution.md):
+
+- ``lenient`` (default) never loses data: add columns, keep dropped ones, add renamed ones under the new
+  name, widen types when lossless, keep dropped tables (marked ``dropped``);
+- ``evolve`` applies exactly: drop / rename / retype by rewriting the table, delete dropped tables;
+- ``ignore`` keeps the schema (unknown DML columns are dropped and counted);
+- ``fail`` stops the job at any DDL that changes a mirror.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from functools import singledispatch
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from replicator import ddl
+from replicator.apply import CDC_FIELDS, DeadRow
+from replicator.barriers import resolve_ref
+from replicator.config import JobConfig, SchemaPolicy
+from replicator.engine import RecordFailed
+from replicator.logging import get_logger
+from replicator.routing import META_DATABASE, META_TABLE, SOURCE_COLUMNS, SOURCE_DATABASE, SOURCE_TABLE
+from replicator.sinks.base import quote
+from replicator.state import TableState
+from replicator.types import column_type
+
+if TYPE_CHECKING:
+    from replicator.apply import TableApplier
+    from replicator.changelog import TableId
+
+log = get_logger("replicator.schema_changes")
+
+
+class SchemaChangeFailed(RecordFailed):
+    """``schema_evolution: fail`` met a DDL that changes a mirror; the message names statement, table and
+    position."""
+
+
+class SchemaApplyError(RuntimeError):
+    """A change that cannot be applied to the mirror (e.g. existing values do not fit a narrower type)."""
+
+
+def table_label(table: TableId) -> str:
+    return ".".join(part for part in table if part)
+
+
+def mirror_path(config: JobConfig, table: TableId) -> str:
+    database, schema, name = table
+    parts = [database, schema, name] if schema else [database, name]
+    return str(Path(config.target.path).joinpath(*parts))
+
+
+@dataclass
+class Context:
+    applier: TableApplier
+    event: dict[str, Any]
+    policy: SchemaPolicy
+    config: JobConfig
+    handler: BarrierHandler
+
+    @property
+    def table(self) -> TableId:
+        return self.applier.work.table
+
+    @property
+    def seq_text(self) -> str:
+        return str(self.event.get("seq_text") or "")
+
+    @property
+    def source(self) -> tuple[str, str] | None:
+        """The shard (database, table) of a routed event, None for a table mirrored as itself."""
+        meta = self.event.get("meta") or {}
+        meta = dict(meta) if not isinstance(meta, dict) else meta
+        return (meta[META_DATABASE], meta[META_TABLE]) if meta.get(META_TABLE) else None
+
+    @property
+    def routed(self) -> bool:
+        return self.source is not None or self.config.tables.routed_target(table_label(self.table))
+
+    def source_in_key(self) -> bool:
+        name = table_label(self.table)
+        return any(rule.to == name and rule.source_in_key for rule in self.config.tables.route)
+
+    def resolve(self, ref: ddl.TableRef | None) -> TableId:
+        return resolve_ref(self.event, ref)
+
+    def set_state(self, **changes: Any) -> None:
+        self.applier.table_state = replace(self.applier.table_state, **changes)
+
+
+# ---- mirror helpers ----------------------------------------------------------------------------------------
+
+
+def data_fields(schema: pa.Schema) -> dict[str, pa.Field]:
+    return {f.name: f for f in schema if not f.name.startswith("_cdc_")}
+
+
+def arrow_field(column: ddl.Column, key: Iterable[str] = ()) -> pa.Field:
+    return pa.field(column.name, column_type(column.type).arrow, nullable=column.name not in set(key))
+
+
+def lossless(old: pa.DataType, new: pa.DataType) -> bool:
+    """Whether every value of ``old`` is exactly a value of ``new`` (int -> bigint, decimal(10,2) ->
+    decimal(12,2), int -> decimal(p,0) wide enough, float -> double; varchar -> text is string -> string)."""
+    if old == new:
+        return True
+    ints = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
+    digits = {pa.int8(): 3, pa.int16(): 5, pa.int32(): 10, pa.int64(): 19}
+    if old in ints and new in ints:
+        return ints.index(new) >= ints.index(old)
+    if old in ints and pa.types.is_decimal(new):
+        return new.precision - new.scale >= digits[old]
+    if old in (pa.int8(), pa.int16(), pa.int32()) and new == pa.float64():
+        return True
+    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
+        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
+    if pa.types.is_floating(old) and pa.types.is_floating(new):
+        return new.bit_width >= old.bit_width
+    return False
+
+
+def create_mirror(ctx: Context, columns: Iterable[ddl.Column], key: tuple[str, ...]) -> tuple[str, ...]:
+    """Create the mirror with the declared columns (plus shard columns when routed); returns the key."""
+    columns = list(columns)
+    if ctx.routed:
+        columns += [ddl.Column(name=c, type="varchar(255)") for c in SOURCE_COLUMNS]
+        if key and ctx.source_in_key():
+            key = (*key, *SOURCE_COLUMNS)
+    fields = [arrow_field(c, key) for c in columns]
+    ctx.applier.mirror.create(pa.schema([*fields, *CDC_FIELDS]))
+    return key
+
+
+def rewrite(ctx: Context, transform: Callable[[pa.Table], pa.Table]) -> None:
+    """Read the whole mirror, transform it, write it back with the new schema (one Delta commit)."""
+    mirror = ctx.applier.mirror
+    mirror.overwrite(transform(mirror.read()))
+
+
+def add_columns(ctx: Context, columns: Iterable[ddl.Column]) -> None:
+    existing = set(ctx.applier.mirror.schema().names)
+    missing = [arrow_field(c) for c in columns if c.name not in existing]
+    if missing:
+        ctx.applier.mirror.add_columns(missing)
+
+
+def change_type(ctx: Context, name: str, source_type: str) -> None:
+    """lenient: widen when lossless, else keep; evolve: retype (rewrite), failing on values that don't fit."""
+    current = data_fields(ctx.applier.mirror.schema()).get(name)
+    target = column_type(source_type).arrow
+    if current is None:
+        add_columns(ctx, [ddl.Column(name=name, type=source_type)])
+        return
+    if current.type == target:
+        return
+    if ctx.policy == "lenient" and not lossless(current.type, target):
+        log.warning(
+            "type change kept: not lossless; values that do not fit become dead letters",
+            table=table_label(ctx.table),
+            column=name,
+            mirror_type=str(current.type),
+            source_type=source_type,
+        )
+        return
+
+    def cast(data: pa.Table) -> pa.Table:
+        index = data.schema.get_field_index(name)
+        try:
+            column = data.column(index).cast(target, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SchemaApplyError(
+                f"column {name!r}: stored values do not fit {source_type}: {exc}"
+            ) from None
+        return data.set_column(index, current.with_type(target), column)
+
+    rewrite(ctx, cast)
+
+
+def reconcile(ctx: Context, columns: tuple[ddl.Column, ...], key: tuple[str, ...], exact: bool) -> None:
+    """Bring an existing mirror to a declared schema: add, retype, and (``exact``) drop undeclared columns."""
+    add_columns(ctx, columns)
+    for column in columns:
+        if column.type:
+            change_type(ctx, column.name, column.type)
+    if exact and not ctx.routed:
+        declared = {c.name for c in columns}
+        extra = [n for n in data_fields(ctx.applier.mirror.schema()) if n not in declared]
+        if extra:
+            rewrite(ctx, lambda data: data.drop_columns(extra))
+    if key:
+        set_key(ctx, key)
+
+
+def set_key(ctx: Context, key: tuple[str, ...]) -> None:
+    if ctx.routed and ctx.source_in_key():
+        key = (*key, *[c for c in SOURCE_COLUMNS if c not in key])
+    ctx.set_state(primary_key=tuple(key))
+
+
+# ---- one change --------------------------------------------------------------------------------------------
+
+
+@singledispatch
+def apply_change(change: Any, ctx: Context) -> None:
+    raise TypeError(f"no handler for schema change {type(change).__name__}")
+
+
+@apply_change.register
+def _(change: ddl.CreateTable, ctx: Context) -> None:
+    mirror, state = ctx.applier.mirror, ctx.applier.table_state
+    if not mirror.exists():
+        key = create_mirror(ctx, change.columns, change.primary_key or state.primary_key)
+        ctx.set_state(
+            primary_key=key, dropped=False, truncate_seq=ctx.seq_text if state.dropped else state.truncate_seq
+        )
+        return
+    if ctx.routed:  # another shard's CREATE: the merged mirror takes its columns
+        if ctx.policy in ("lenient", "evolve"):
+            reconcile(ctx, change.columns, change.primary_key, exact=False)
+        return
+    if state.dropped:
+        # Re-created after a lenient drop: the new source table starts empty. The old rows are deleted
+        # (they stay in the Delta history) and events older than this CREATE can no longer bring them back.
+        ctx.applier.truncate(ctx.seq_text)
+        ctx.set_state(dropped=False)
+    if ctx.policy in ("lenient", "evolve"):
+        reconcile(ctx, change.columns, change.primary_key, exact=ctx.policy == "evolve")
+
+
+@apply_change.register
+def _(change: ddl.DeclareSchema, ctx: Context) -> None:
+    if not ctx.applier.mirror.exists():
+        if change.columns:
+            key = create_mirror(
+                ctx, change.columns, change.primary_key or ctx.applier.table_state.primary_key
+            )
+            ctx.set_state(primary_key=key)
+        return
+    if ctx.policy in ("lenient", "evolve"):
+        reconcile(ctx, change.columns, change.primary_key, exact=ctx.policy == "evolve")
+
+
+@apply_change.register
+def _(change: ddl.AddColumn, ctx: Context) -> None:
+    # Without a mirror yet, the first DML creates it with every column its message types.
+    if ctx.policy in ("lenient", "evolve") and ctx.applier.mirror.exists():
+        add_columns(ctx, [change.column])
+        if change.column.type:
+            change_type(ctx, change.column.name, change.column.type)
+
+
+@apply_change.register
+def _(change: ddl.DropColumn, ctx: Context) -> None:
+    # lenient: the column stays; rows written from now on carry NULL in it.
+    mirror = ctx.applier.mirror
+    if ctx.policy == "evolve" and mirror.exists() and change.name in data_fields(mirror.schema()):
+        if change.name in ctx.applier.table_state.primary_key:
+            raise SchemaApplyError(
+                f"column {change.name!r} is part of the mirror's key; it cannot be dropped"
+            )
+        rewrite(ctx, lambda data: data.drop_columns([change.name]))
+
+
+@apply_change.register
+def _(change: ddl.RenameColumn, ctx: Context) -> None:
+    mirror = ctx.applier.mirror
+    if ctx.policy not in ("lenient", "evolve") or not mirror.exists():
+        return
+    fields = data_fields(mirror.schema())
+    if change.old not in fields or change.new in fields:
+        return
+    if ctx.policy == "lenient":  # the old column keeps its values; the new name is added next to it
+        mirror.add_columns([fields[change.old].with_name(change.new)])
+        return
+
+    def rename(data: pa.Table) -> pa.Table:
+        return data.rename_columns([change.new if n == change.old else n for n in data.column_names])
+
+    rewrite(ctx, rename)
+    key = ctx.applier.table_state.primary_key
+    if change.old in key:
+        ctx.set_state(primary_key=tuple(change.new if k == change.old else k for k in key))
+
+
+@apply_change.register
+def _(change: ddl.ChangeType, ctx: Context) -> None:
+    if ctx.policy in ("lenient", "evolve") and ctx.applier.mirror.exists():
+        change_type(ctx, change.name, change.type)
+
+
+@apply_change.register
+def _(change: ddl.AddPrimaryKey, ctx: Context) -> None:
+    if ctx.policy in ("lenient", "evolve"):
+        set_key(ctx, change.columns)
+
+
+@apply_change.register
+def _(change: ddl.DropPrimaryKey, ctx: Context) -> None:
+    # A mirror needs a key to MERGE: the known key stays until a new one is declared.
+    log.info(
+        "primary key drop recorded; the mirror keeps its key",
+        table=table_label(ctx.table),
+        key=list(ctx.applier.table_state.primary_key),
+    )
+
+
+@apply_change.register
+def _(change: ddl.TruncateTable, ctx: Context) -> None:
+    source = ctx.source
+    if source is None:
+        ctx.applier.truncate(ctx.seq_text)
+        return
+    # One shard of a merged mirror: only its rows go.
+    if ctx.applier.mirror.exists():
+        database, table = (v.replace("'", "''") for v in source)
+        ctx.applier.mirror.delete_where(
+            f"{quote(SOURCE_DATABASE)} = '{database}' AND {quote(SOURCE_TABLE)} = '{table}'", None
+        )
+
+
+@apply_change.register
+def _(change: ddl.DropTable, ctx: Context) -> None:
+    if ctx.routed:
+        log.info(
+            "drop of a routed shard recorded; the merged mirror stays",
+            table=table_label(ctx.table),
+            source=ctx.source,
+        )
+        return
+    if ctx.policy == "evolve":
+        ctx.applier.mirror.drop()
+        ctx.applier.state.tombstones(ctx.table).drop()
+        ctx.set_state(dropped=True, truncate_seq=ctx.seq_text)
+        return
+    ctx.set_state(dropped=True)
+
+
+@apply_change.register
+def _(change: ddl.RenameTable, ctx: Context) -> None:
+    if ctx.routed:
+        log.info("rename of a routed shard recorded; the merged mirror stays", table=table_label(ctx.table))
+        return
+    old, new = ctx.resolve(change.old), ctx.resolve(change.new)
+    if ctx.table == old:
+        ctx.handler.move(ctx, old, new, ctx.applier.table_state)
+        ctx.set_state(dropped=True)
+    elif ctx.table == new:
+        moved = ctx.handler.take_moved(ctx.seq_text, new)
+        if moved is None:  # the old name had nothing in this batch: move it from the registry
+            previous = ctx.applier.state.tables().get(old) or TableState(
+                old[0], old[1], old[2], mirror=mirror_path(ctx.config, old)
+            )
+            moved = ctx.handler.move(ctx, old, new, previous, keep=False)
+            ctx.applier.state.save_tables([replace(previous, dropped=True)], ctx.applier.batch_id)
+        state = ctx.applier.table_state
+        ctx.applier.table_state = replace(
+            moved,
+            database=state.database,
+            schema=state.schema,
+            table=state.table,
+            mirror=state.mirror,
+            primary_key=moved.primary_key or state.primary_key,
+            dropped=False,
+        )
+
+
+def _no_op(change: Any, ctx: Context) -> None:
+    log.info("ddl recorded (no change to the mirror)", table=table_label(ctx.table), change=change.kind)
+
+
+for _kind in ddl.NO_OPS:
+    apply_change.register(_kind, _no_op)
+
+
+# ---- the barrier hook --------------------------------------------------------------------------------------
+
+
+def changes_schema(change: Any, ctx: Context) -> bool:
+    """Whether ``fail`` must stop at this change: anything that alters an existing mirror."""
+    if isinstance(change, (*ddl.NO_OPS, ddl.TruncateTable, ddl.DropPrimaryKey)):
+        return False
+    exists = ctx.applier.mirror.exists() and not ctx.applier.table_state.dropped
+    if isinstance(change, ddl.CreateTable):
+        return exists
+    if isinstance(change, ddl.DeclareSchema):
+        if not exists:
+            return False
+        fields = data_fields(ctx.applier.mirror.schema())
+        declared = {c.name: column_type(c.type).arrow for c in change.columns}
+        return {n: f.type for n, f in fields.items()} != declared
+    return True
+
+
+class BarrierHandler:
+    """The ``on_barrier`` hook. Holds, between the appliers of one rename unit, the state moved away by
+    the old name's applier until the new name's applier takes it."""
+
+    def __init__(self, config: JobConfig) -> None:
+        self.config = config
+        self._moved: dict[tuple[str, TableId], TableState] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, applier: TableApplier, event: dict[str, Any]) -> None:
+        table = applier.work.table
+        ctx = Context(applier, event, self.config.schema_policy(table_label(table)), self.config, self)
+        where = (
+            f"{table_label(table)} at {event.get('position')} (seq {event.get('seq_text')}, "
+            f"statement {event.get('ddl_sql')!r})"
+        )
+        try:
+            changes = ddl.parse_event(event)
+        except ddl.DdlError as exc:
+            if ctx.policy == "fail":
+                raise SchemaChangeFailed(
+                    f"unreadable DDL on {where}: {exc}  [schema_evolution: fail]"
+                ) from None
+            self._dead(applier, event, f"DDL not applied: {exc}: {event.get('ddl_sql')!r}")
+            return
+        relevant = [c for c in changes if self._concerns(c, ctx)]
+        if ctx.policy == "fail":
+            for change in relevant:
+                if changes_schema(change, ctx):
+                    raise SchemaChangeFailed(
+                        f"schema change ({change.kind}) on {where}  [schema_evolution: fail]"
+                    )
+        for change in relevant:
+            try:
+                apply_change(change, ctx)
+            except SchemaApplyError as exc:
+                self._dead(
+                    applier, event, f"DDL not applied ({change.kind}): {exc}: {event.get('ddl_sql')!r}"
+                )
+                return
+        log.info(
+            "ddl applied",
+            table=table_label(table),
+            policy=ctx.policy,
+            kind=event.get("ddl_kind"),
+            changes=[c.kind for c in relevant],
+        )
+
+    @staticmethod
+    def _concerns(change: Any, ctx: Context) -> bool:
+        """A statement can name several tables (DROP TABLE a, b; RENAME TABLE a TO b, c TO d): each barrier
+        applies what concerns its own table."""
+        if isinstance(change, ddl.RenameTable):
+            return ctx.table in (ctx.resolve(change.old), ctx.resolve(change.new)) or ctx.routed
+        ref = getattr(change, "table", None)
+        if ref is None or ctx.routed:
+            return True
+        return ctx.resolve(ref)[2] == ctx.table[2]
+
+    @staticmethod
+    def _dead(applier: TableApplier, event: dict[str, Any], message: str) -> None:
+        coordinates = event.get("coordinates") or {}
+        database, _schema, table = applier.work.table
+        applier.result.dead.append(DeadRow(dict(coordinates), message, database, table))
+
+    def move(
+        self, ctx: Context, old: TableId, new: TableId, state: TableState, keep: bool = True
+    ) -> TableState:
+        """Move the old name's mirror (and tombstones) to the new name; returns the moved state."""
+        writer = ctx.applier.state.writer
+        source = writer(state.mirror or mirror_path(self.config, old))
+        target_path = mirror_path(self.config, new)
+        if source.exists():
+            target = writer(target_path)
+            if target.exists():  # a table kept under that name (lenient drop): set it aside, never lose it
+                target.move_to(f"{target_path}.replaced-{ctx.seq_text or 'unknown'}")
+            source.move_to(target_path)
+            tombstones = ctx.applier.state.tombstones(old)
+            if Path(tombstones.path).exists():
+                tombstones.move_to(ctx.applier.state.tombstones(new).path)
+        moved = replace(
+            state, database=new[0], schema=new[1], table=new[2], mirror=target_path, dropped=False
+        )
+        if keep:
+            with self._lock:
+                self._moved[(ctx.seq_text, new)] = moved
+        return moved
+
+    def take_moved(self, seq_text: str, new: TableId) -> TableState | None:
+        with self._lock:
+            return self._moved.pop((seq_text, new), None)
+
+
+def barrier_handler(config: JobConfig) -> Callable[[TableApplier, dict[str, Any]], None]:
+    """The ``on_barrier`` hook for :class:`replicator.apply.TableApplier` (engine.py installs it)."""
+    return BarrierHandler(config)
