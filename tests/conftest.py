@@ -4,6 +4,15 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# `ci` (default): reproducible examples, no deadline (an example may run Spark jobs). `soak` (make soak):
+# many random examples; the Spark-backed properties (tests/test_properties.py) scale up with it.
+settings.register_profile("ci", deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "soak", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("REPLICATOR_SHARED", REPO.parent / "shared"))

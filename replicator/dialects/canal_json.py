@@ -151,9 +151,24 @@ class CanalJson(Dialect):
         from pyspark.sql import functions as F
 
         parsed = messages.select(
-            "raw", "batch_id", "coordinates", F.from_json("message", self.message_schema).alias("m")
+            "raw",
+            "batch_id",
+            "coordinates",
+            F.from_json("message", self.message_schema).alias("m"),
+            "message",
         )
         m = F.col("m")
+        # An ordering field that is present but not a number would silently order as 0 (oldest): refuse it.
+        malformed = F.filter(
+            F.array(
+                *[
+                    F.when(F.get_json_object("message", f"$.{f}").isNotNull() & m[f].isNull(), F.lit(f))
+                    for f in ("es", "id")
+                ]
+            ),
+            lambda f: f.isNotNull(),
+        )
+        parsed = parsed.withColumn("malformed", malformed).drop("message")
         kind = self.kind(m)
         is_ddl = F.coalesce(m["isDdl"], F.lit(False)) | kind.isin(*DDL_KINDS, *self.ddl_types)
         ddl_kind = F.when(is_ddl, self.ddl_kind(m, kind))
@@ -173,6 +188,7 @@ class CanalJson(Dialect):
             "batch_id",
             "coordinates",
             "m",
+            "malformed",
             op.alias("op"),
             kind.alias("kind"),
             ddl_kind.alias("ddl_kind"),
@@ -192,6 +208,10 @@ class CanalJson(Dialect):
         error = first_error(
             (F.col("m").isNull() | F.col("kind").isNull(), "wrong shape: no 'type' in the message"),
             (op_c.isNull(), F.concat(F.lit("unknown op type "), F.to_json(F.array(F.col("kind"))))),
+            (
+                F.size("malformed") > 0,
+                F.concat(F.lit("malformed ordering field "), F.to_json("malformed"), F.lit(": not a number")),
+            ),
             (op_c == "filtered", F.lit(None).cast("string")),
             (F.coalesce(database, F.lit("")) == "", "missing database"),
             (
