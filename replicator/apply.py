@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from replicator.changelog import TableId
 from replicator.documents import PatchError, apply_patches
 from replicator.logging import get_logger
-from replicator.model import CDC_EVENT_TIME, CDC_OP, CDC_POSITION, CDC_SEQ, CDC_COLUMNS
+from replicator.model import CDC_COLUMNS, CDC_EVENT_TIME, CDC_OP, CDC_POSITION, CDC_SEQ
 from replicator.sinks.base import MergeResult, MirrorWriter, Txn, quote
 from replicator.state import State, TableState
 from replicator.types import column_type, parse_values
@@ -120,8 +120,12 @@ class TableApplier:
         for name in ordered:
             ctype = column_type(self.work.types.get(name))
             if not ctype.known and name in self.work.types:
-                log.warning("unknown column type kept as string", table=".".join(filter(None, self.work.table)),
-                            column=name, source_type=self.work.types.get(name))
+                log.warning(
+                    "unknown column type kept as string",
+                    table=".".join(filter(None, self.work.table)),
+                    column=name,
+                    source_type=self.work.types.get(name),
+                )
             fields.append(pa.field(name, ctype.arrow, nullable=name not in key))
         if not self.mirror.exists():
             self.mirror.create(pa.schema([*fields, *CDC_FIELDS]))
@@ -151,7 +155,9 @@ class TableApplier:
     def typed(self, rows: pa.Table) -> tuple[pa.Table, list[DeadRow]]:
         """Folded rows -> a table in the mirror's schema; rows with a value that does not fit are dead."""
         schema = self.mirror.schema()
-        image = rows["image"].combine_chunks() if rows.num_rows else pa.array([], rows.schema.field("image").type)
+        image = (
+            rows["image"].combine_chunks() if rows.num_rows else pa.array([], rows.schema.field("image").type)
+        )
         columns: dict[str, pa.Array] = {}
         bad: dict[int, str] = {}
         for f in schema:
@@ -166,9 +172,10 @@ class TableApplier:
         columns[CDC_SEQ] = rows["seq_text"].combine_chunks()
         columns[CDC_EVENT_TIME] = rows["event_time"].combine_chunks().cast(pa.timestamp("us", tz="UTC"))
         columns[CDC_POSITION] = rows["position"].combine_chunks()
-        table = pa.Table.from_arrays([columns[f.name] for f in schema], schema=pa.schema(
-            [f.with_type(columns[f.name].type) for f in schema]
-        ))
+        table = pa.Table.from_arrays(
+            [columns[f.name] for f in schema],
+            schema=pa.schema([f.with_type(columns[f.name].type) for f in schema]),
+        )
         dead = [self._dead(rows, i, msg) for i, msg in sorted(bad.items())]
         if bad:
             keep = pa.array([i not in bad for i in range(rows.num_rows)])
@@ -283,7 +290,9 @@ class TableApplier:
                     self.result.dead.extend(self.typed(self.resolve_patches(self.work.rows)[0])[1])
                 return self.result
         rows = self.work.rows
-        segments = max([len(self.work.barriers)] + ([max(rows["segment"].to_pylist()) + 1] if rows.num_rows else [0]))
+        segments = max(
+            [len(self.work.barriers)] + ([max(rows["segment"].to_pylist()) + 1] if rows.num_rows else [0])
+        )
         committed = False
         for segment in range(segments + 1):
             part = rows.filter(pc.equal(rows["segment"], segment)) if rows.num_rows else rows
@@ -321,7 +330,9 @@ class TableApplier:
         if last and (self.table_state.last_seq or "") < last:
             at = pc.index(typed[CDC_SEQ], last).as_py()
             self.table_state = replace(
-                self.table_state, last_seq=last, last_position=typed[CDC_POSITION][at].as_py(),
+                self.table_state,
+                last_seq=last,
+                last_position=typed[CDC_POSITION][at].as_py(),
                 last_event_time=typed[CDC_EVENT_TIME][at].as_py(),
             )
         return txn is not None
@@ -331,8 +342,12 @@ class TableApplier:
         if self.on_barrier is not None:
             self.on_barrier(self, event)
             return
-        log.info("ddl recorded, not applied", table=".".join(filter(None, self.work.table)),
-                 kind=event.get("ddl_kind"), sql=event.get("ddl_sql"))
+        log.info(
+            "ddl recorded, not applied",
+            table=".".join(filter(None, self.work.table)),
+            kind=event.get("ddl_kind"),
+            sql=event.get("ddl_sql"),
+        )
 
     def truncate(self, seq_text: str) -> None:
         """Empty the mirror of rows older than ``seq_text``; events at or before it can no longer bring rows

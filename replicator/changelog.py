@@ -78,7 +78,10 @@ def assign_segments(events: DataFrame, barriers: Sequence[Barrier]) -> DataFrame
         by_table.setdefault(barrier.table, []).append(barrier.seq)
     for table, seqs in by_table.items():
         count = sum(
-            (F.when(F.col("seq") > F.array(*[F.lit(x).cast("bigint") for x in s]), 1).otherwise(0) for s in seqs),
+            (
+                F.when(F.col("seq") > F.array(*[F.lit(x).cast("bigint") for x in s]), 1).otherwise(0)
+                for s in seqs
+            ),
             F.lit(0),
         )
         segment = F.when(table_match(table), count).otherwise(segment)
@@ -93,10 +96,19 @@ def fold(events: DataFrame) -> DataFrame:
     is_delete = F.col("op") == "delete"
     patch = F.col("meta")[PATCH_META]
     keyed = dml.select(
-        "database", "schema", "table", "segment", "seq",
+        "database",
+        "schema",
+        "table",
+        "segment",
+        "seq",
         F.when(is_delete, _key_of("before")).otherwise(_key_of("after")).alias("key"),
         F.struct(
-            "op", "seq", "event_time", "position", "coordinates", "primary_key",
+            "op",
+            "seq",
+            "event_time",
+            "position",
+            "coordinates",
+            "primary_key",
             F.when(is_delete, F.col("before")).otherwise(F.col("after")).alias("image"),
         ).alias("event"),
         F.when(patch.isNotNull() & ~is_delete, F.struct("seq", patch.alias("patch"))).alias("patch"),
@@ -112,7 +124,11 @@ def fold(events: DataFrame) -> DataFrame:
     pending = F.filter("patches", lambda p: F.col("full_seq").isNull() | (p["seq"] > F.col("full_seq")))
     base = F.when(F.size(pending) > 0, F.col("last_full")).otherwise(F.col("last"))
     return folded.select(
-        "database", "schema", "table", "segment", "key",
+        "database",
+        "schema",
+        "table",
+        "segment",
+        "key",
         F.col("last.op").alias("op"),
         F.coalesce(base["image"], F.col("last.image")).alias("image"),
         F.col("last.primary_key").alias("primary_key"),

@@ -26,11 +26,27 @@ def _decode(args: argparse.Namespace) -> int:
     from replicator.spark import get_spark
 
     if args.dialect != "auto" and args.dialect not in dialect_names():
-        raise ConfigError(f"--dialect: unknown dialect {args.dialect!r}; expected auto or {', '.join(dialect_names())}")
+        raise ConfigError(
+            f"--dialect: unknown dialect {args.dialect!r}; expected auto or {', '.join(dialect_names())}"
+        )
     options = DecodeOptions(timezone=args.timezone, avro_schema=args.avro_schema)
     spark = get_spark()
-    fields = ("dialect", "op", "database", "schema", "table", "primary_key", "before", "after", "position",
-              "event_time", "ddl_kind", "ddl_sql", "error", "coordinates")
+    fields = (
+        "dialect",
+        "op",
+        "database",
+        "schema",
+        "table",
+        "primary_key",
+        "before",
+        "after",
+        "position",
+        "event_time",
+        "ddl_kind",
+        "ddl_sql",
+        "error",
+        "coordinates",
+    )
     for record in event_records(decode_path(spark, args.file, args.dialect, options), fields):
         if record.get("op") == "filtered":
             continue
@@ -52,8 +68,10 @@ def _bootstrap(args: argparse.Namespace) -> int:
     )
     for s in states:
         name = ".".join(p for p in (s.database, s.schema, s.table) if p)
-        print(f"{name}: {s.phase}, {s.snapshot_rows} snapshot rows, mirror continues after "
-              f"{s.last_position or s.truncate_seq or '-'}")
+        print(
+            f"{name}: {s.phase}, {s.snapshot_rows} snapshot rows, mirror continues after "
+            f"{s.last_position or s.truncate_seq or '-'}"
+        )
     return 0
 
 
@@ -67,8 +85,14 @@ def _replay(args: argparse.Namespace) -> int:
         return 0
     from replicator.spark import get_spark
 
-    summary = replay(get_spark(config), config, args.target_path, as_of=args.as_of, position=args.position,
-                     tables=args.tables)
+    summary = replay(
+        get_spark(config),
+        config,
+        args.target_path,
+        as_of=args.as_of,
+        position=args.position,
+        tables=args.tables,
+    )
     print(f"replayed {summary.events} events into {len(summary.tables)} tables under {args.target_path}")
     return 0
 
@@ -86,7 +110,9 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="replicator", description="CDC messages -> Delta Lake mirror tables")
+    parser = argparse.ArgumentParser(
+        prog="replicator", description="CDC messages -> Delta Lake mirror tables"
+    )
     parser.add_argument("--log-level", default="INFO")
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -74,7 +74,9 @@ class SourceConfig(_Model):
         try:
             ZoneInfo(value)
         except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise ValueError(f"unknown time zone {value!r} (expected an IANA name like 'Asia/Shanghai')") from exc
+            raise ValueError(
+                f"unknown time zone {value!r} (expected an IANA name like 'Asia/Shanghai')"
+            ) from exc
         return value
 
     @field_validator("dialect")

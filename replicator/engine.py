@@ -102,7 +102,7 @@ class Engine:
             decoded.unpersist()
         summary.duration_ms = int((time.monotonic() - started) * 1000)
         self.state.record_batch(summary)
-        log.info("batch", **{k: v for k, v in summary.__dict__.items()})
+        log.info("batch", **dict(summary.__dict__.items()))
         return summary
 
     def _process(self, records: DataFrame, decoded: DataFrame, batch_id: int) -> BatchSummary:
@@ -115,8 +115,11 @@ class Engine:
             decoded.groupBy("database", "schema", "table", "op", ok.alias("ok"))
             .agg(
                 F.count("*").alias("n"),
-                F.sum(F.when((F.col("coordinates.index") == 0) & (F.col("coordinates.row") == 0), 1).otherwise(0))
-                .alias("records"),
+                F.sum(
+                    F.when((F.col("coordinates.index") == 0) & (F.col("coordinates.row") == 0), 1).otherwise(
+                        0
+                    )
+                ).alias("records"),
                 F.max_by("primary_key", F.size("primary_key")).alias("primary_key"),
             )
             .collect()
@@ -147,7 +150,10 @@ class Engine:
         all_barriers = [
             r.asDict(recursive=True)
             for r in decoded.where(ok & F.col("op").isin(*BARRIER_OPS) & F.col("table").isNotNull())
-            .drop("raw", "error").withColumn("seq_text", F.expr(seq_text_sql())).orderBy("seq").collect()
+            .drop("raw", "error")
+            .withColumn("seq_text", F.expr(seq_text_sql()))
+            .orderBy("seq")
+            .collect()
         ]
         phases.lap("barriers")
         self.activity = table_activity(groups, all_barriers)  # phases: snapshot rows / incremental per table
@@ -175,7 +181,9 @@ class Engine:
 
         events = decoded.where(ok & F.col("op").isin(*DML_OPS, *BARRIER_OPS)).drop("raw", "error")
         if self.config.changelog.enabled:
-            self.state.append_changelog(events.withColumn("batch_id", F.lit(batch_id).cast("bigint")), batch_id)
+            self.state.append_changelog(
+                events.withColumn("batch_id", F.lit(batch_id).cast("bigint")), batch_id
+            )
             phases.lap("changelog")
 
         in_scope = F.lit(False)
@@ -203,8 +211,11 @@ class Engine:
             if not result.skipped:
                 name = table_name(result.table)
                 summary.tables[name] = {
-                    "inserted": result.merged.inserted, "updated": result.merged.updated,
-                    "deleted": result.merged.deleted, "ddl": len(result.ddl), "dead_letters": len(result.dead),
+                    "inserted": result.merged.inserted,
+                    "updated": result.merged.updated,
+                    "deleted": result.merged.deleted,
+                    "ddl": len(result.ddl),
+                    "dead_letters": len(result.dead),
                 }
                 if result.ignored_values:
                     summary.tables[name]["ignored_values"] = result.ignored_values
@@ -270,7 +281,11 @@ class Engine:
 
         def run(item: TableBatch) -> TableResult:
             return TableApplier(
-                item, self.state, batch_id, timezone=self.options.timezone, zero_dates=self.options.zero_dates,
+                item,
+                self.state,
+                batch_id,
+                timezone=self.options.timezone,
+                zero_dates=self.options.zero_dates,
                 on_barrier=self.on_barrier,
                 policy=self.config.schema_policy(f"{item.table[0]}.{item.table[2]}"),
             ).run()
@@ -284,7 +299,7 @@ class Engine:
         with ThreadPoolExecutor(max_workers=min(8, len(units))) as pool:
             return [r for results in pool.map(run_unit, units) for r in results]
 
-    def _table_batch(self, table, rows, by_table, types, keys, registry) -> TableBatch:  # type: ignore[no-untyped-def]  # noqa: E501
+    def _table_batch(self, table, rows, by_table, types, keys, registry) -> TableBatch:  # type: ignore[no-untyped-def]
         state = registry.get(table) or TableState(
             table[0], table[1], table[2], mirror=str(self.mirror_path(table)), primary_key=tuple(keys[table])
         )
@@ -303,9 +318,11 @@ class Engine:
     def _decode_dead_letters(self, decoded: DataFrame, batch_id: int) -> pa.Table:
         from pyspark.sql import functions as F
 
-        rows = decoded.where(F.col("error").isNotNull()).select(
-            "dialect", "database", "table", "error", "raw", "coordinates"
-        ).toArrow()
+        rows = (
+            decoded.where(F.col("error").isNotNull())
+            .select("dialect", "database", "table", "error", "raw", "coordinates")
+            .toArrow()
+        )
         return _dead_table(rows, batch_id)
 
     def _unkeyed(self, decoded: DataFrame, tables: list[TableId]) -> list[DeadRow]:
@@ -314,15 +331,18 @@ class Engine:
         cond = F.lit(False)
         for table in tables:
             cond = cond | table_match(table)
-        rows = decoded.where(F.col("error").isNull() & cond & F.col("op").isin(*DML_OPS)).select(
-            "database", "table", "coordinates"
-        ).collect()
+        rows = (
+            decoded.where(F.col("error").isNull() & cond & F.col("op").isin(*DML_OPS))
+            .select("database", "table", "coordinates")
+            .collect()
+        )
         return [
             DeadRow(
                 r["coordinates"].asDict(),
                 f"no primary key known for {r['database']}.{r['table']}: the messages carry none; "
                 "set tables.keys in the job file",
-                r["database"], r["table"],
+                r["database"],
+                r["table"],
             )
             for r in rows
         ]
@@ -343,8 +363,13 @@ class Engine:
         rows = pa.Table.from_pylist(
             [
                 {
-                    "dialect": None, "database": d.database, "table": d.table, "error": d.error,
-                    "raw": raw.get((d.coordinates["source"], d.coordinates["partition"], d.coordinates["offset"])),
+                    "dialect": None,
+                    "database": d.database,
+                    "table": d.table,
+                    "error": d.error,
+                    "raw": raw.get(
+                        (d.coordinates["source"], d.coordinates["partition"], d.coordinates["offset"])
+                    ),
                     "coordinates": d.coordinates,
                 }
                 for d in dead
@@ -412,8 +437,10 @@ def _split_by_table(folded: pa.Table) -> Iterable[tuple[TableId, pa.Table]]:
         return
     ordered = folded.sort_by([("database", "ascending"), ("schema", "ascending"), ("table", "ascending")])
     ident = pc.binary_join_element_wise(
-        pc.fill_null(ordered["database"], ""), pc.fill_null(ordered["schema"], "\x00"),
-        pc.fill_null(ordered["table"], ""), "\x1f",
+        pc.fill_null(ordered["database"], ""),
+        pc.fill_null(ordered["schema"], "\x00"),
+        pc.fill_null(ordered["table"], ""),
+        "\x1f",
     ).combine_chunks()
     n = ordered.num_rows
     changes = pc.indices_nonzero(pc.not_equal(ident.slice(1), ident.slice(0, n - 1))).to_pylist()

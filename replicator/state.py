@@ -165,7 +165,7 @@ class State:
         from deltalake import DeltaTable
 
         on = (
-            "t.database = s.database AND t.\"table\" = s.\"table\" "
+            't.database = s.database AND t."table" = s."table" '
             "AND coalesce(t.schema, '') = coalesce(s.schema, '')"
         )
         (
@@ -215,7 +215,9 @@ class State:
                 full = Path(dirpath) / name
                 rel = full.relative_to(root).as_posix()
                 parts = dict(p.split("=", 1) for p in Path(dirpath).relative_to(root / staging).parts)
-                values = {k: (None if v == "__HIVE_DEFAULT_PARTITION__" else _unescape(v)) for k, v in parts.items()}
+                values = {
+                    k: (None if v == "__HIVE_DEFAULT_PARTITION__" else _unescape(v)) for k, v in parts.items()
+                }
                 if schema is None:
                     import pyarrow.parquet as pq
 
@@ -232,7 +234,10 @@ class State:
         if not DeltaTable.is_deltatable(str(root)):
             DeltaTable.create(str(root), full_schema, partition_by=["database", "table"], mode="ignore")
         DeltaTable(str(root)).create_write_transaction(
-            actions, mode="append", schema=full_schema, partition_by=["database", "table"],
+            actions,
+            mode="append",
+            schema=full_schema,
+            partition_by=["database", "table"],
             commit_properties=commit,
         )
 

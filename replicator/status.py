@@ -61,8 +61,10 @@ def print_status(config: JobConfig, as_json: bool = False, last_batches: int = 1
         print(json.dumps(status, indent=1, default=str))
         return 0
     print(f"job {status['job']}: {len(status['tables'])} tables, {status['dead_letters']} dead letters")
-    print(f"{'table':32} {'phase':18} {'rows':>10} {'snapshot':>10} {'dead':>6} {'lag(s)':>10}  "
-          "last position @ event time")
+    print(
+        f"{'table':32} {'phase':18} {'rows':>10} {'snapshot':>10} {'dead':>6} {'lag(s)':>10}  "
+        "last position @ event time"
+    )
     for t in status["tables"]:
         lag = f"{t['lag_seconds']:.0f}" if t["lag_seconds"] is not None else "-"
         print(

@@ -284,8 +284,11 @@ def test_changelog_records_every_event_once(runner, tmp_path):
 
 def test_a_tombstoned_key_in_a_batch_does_not_hold_back_the_other_keys(runner, tmp_path):
     runner.messages(tmp_path, [canal("INSERT", [order(1)], es=ES), canal("DELETE", [order(1)], es=ES + 1)])
-    runner.messages(tmp_path, [
-        canal("UPDATE", [order(1, "late")], old=[{"name": "x"}], es=ES),  # stale: stays deleted
-        canal("INSERT", [order(2), order(3)], es=ES + 5),  # new keys: must be applied
-    ])
+    runner.messages(
+        tmp_path,
+        [
+            canal("UPDATE", [order(1, "late")], old=[{"name": "x"}], es=ES),  # stale: stays deleted
+            canal("INSERT", [order(2), order(3)], es=ES + 5),  # new keys: must be applied
+        ],
+    )
     assert ids(runner.mirror()) == [2, 3]

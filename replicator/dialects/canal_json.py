@@ -8,6 +8,7 @@ LogEventConvert; notes/ENCODINGS.md §1). Order: ``es`` (binlog execute time, ms
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, ClassVar
 
 from replicator.dialects.base import Dialect, epoch_to_timestamp, finish, first_error, seq_tail
@@ -150,25 +151,25 @@ class CanalJson(Dialect):
     def decode_messages(self, messages: DataFrame) -> DataFrame:
         from pyspark.sql import functions as F
 
-        parsed = messages.select(
-            "raw",
-            "batch_id",
-            "coordinates",
-            F.from_json("message", self.message_schema).alias("m"),
-            "message",
+        # The ordering fields are read as text in the one parse, then cast: a field that is present but not
+        # a number would otherwise order as 0 (the oldest) silently; it is refused instead.
+        ordering = [f for f in ("es", "id") if re.search(rf"\b{f} BIGINT\b", self.message_schema)]
+        schema = self.message_schema
+        for f in ordering:
+            schema = re.sub(rf"\b{f} BIGINT\b", f"{f} STRING", schema)
+        staged_text = messages.select(
+            "raw", "batch_id", "coordinates", F.from_json("message", schema).alias("t")
         )
+        typed = F.col("t")
+        for f in ordering:
+            typed = typed.withField(f, F.col("t")[f].try_cast("bigint"))
+        parsed = staged_text.select("raw", "batch_id", "coordinates", "t", typed.alias("m"))
         m = F.col("m")
-        # An ordering field that is present but not a number would silently order as 0 (oldest): refuse it.
         malformed = F.filter(
-            F.array(
-                *[
-                    F.when(F.get_json_object("message", f"$.{f}").isNotNull() & m[f].isNull(), F.lit(f))
-                    for f in ("es", "id")
-                ]
-            ),
+            F.array(*[F.when(F.col("t")[f].isNotNull() & m[f].isNull(), F.lit(f)) for f in ordering]),
             lambda f: f.isNotNull(),
         )
-        parsed = parsed.withColumn("malformed", malformed).drop("message")
+        parsed = parsed.withColumn("malformed", malformed).drop("t")
         kind = self.kind(m)
         is_ddl = F.coalesce(m["isDdl"], F.lit(False)) | kind.isin(*DDL_KINDS, *self.ddl_types)
         ddl_kind = F.when(is_ddl, self.ddl_kind(m, kind))

@@ -37,7 +37,7 @@ class DeltaRsWriter(MirrorWriter):
         DeltaTable.create(self.path, schema, mode="ignore", partition_by=list(partition_by) or None)
 
     def add_columns(self, fields: Sequence[pa.Field]) -> None:
-        from deltalake import Field, Schema
+        from deltalake import Schema
 
         if not fields:
             return
@@ -84,7 +84,9 @@ class DeltaRsWriter(MirrorWriter):
 
     def mark(self, txn: Txn) -> None:
         table = self._table()
-        table.create_write_transaction([], mode="append", schema=table.schema(), commit_properties=_commit(txn))
+        table.create_write_transaction(
+            [], mode="append", schema=table.schema(), commit_properties=_commit(txn)
+        )
 
     def overwrite(self, data: pa.Table, txn: Txn | None = None) -> None:
         from deltalake import write_deltalake
