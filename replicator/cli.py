@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -97,16 +98,25 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _exit_now(code: int) -> int:
+    """Leave without the interpreter's teardown: the native reader threads of delta-rs/Arrow can abort
+    the process at exit ("terminate called without an active exception") after the work is done.
+    Only for commands that start no Spark session and have written everything they print."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _status(args: argparse.Namespace) -> int:
     from replicator.status import print_status
 
-    return print_status(load_config(args.config), as_json=args.json, last_batches=args.batches)
+    return _exit_now(print_status(load_config(args.config), as_json=args.json, last_batches=args.batches))
 
 
 def _show(args: argparse.Namespace) -> int:
     from replicator.status import print_tables
 
-    return print_tables(load_config(args.config), args.table, args.limit)
+    return _exit_now(print_tables(load_config(args.config), args.table, args.limit))
 
 
 def build_parser() -> argparse.ArgumentParser:

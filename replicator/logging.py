@@ -8,6 +8,17 @@ import sys
 import structlog
 
 
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is now: a stream bound at configure time may be closed later
+    (pytest's capture, a redirected stream)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(level: str = "INFO", json: bool | None = None) -> None:
     """Configure structlog once per process. ``json=None`` picks JSON unless stderr is a terminal."""
     use_json = (not sys.stderr.isatty()) if json is None else json
@@ -23,7 +34,7 @@ def configure(level: str = "INFO", json: bool | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
 
