@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from replicator.model import EVENT_FIELDS
 
+COORDINATE_NAMES = ("source", "partition", "offset", "index", "row")
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
@@ -191,11 +193,15 @@ def split_messages(records: DataFrame) -> DataFrame:
     ).withColumn("json_ok", F.col("utf8_ok") & F.expr("try_parse_json(text) IS NOT NULL"))
     is_array = F.ltrim(F.col("text")).startswith("[")
     messages = F.when(is_array, F.from_json("text", "array<string>")).otherwise(F.array("text"))
+    # Coordinates travel as top-level columns across the explode and are rebuilt after it: Spark 4's
+    # nested-column aliasing through Generate loses a field otherwise (INTERNAL_ERROR_ATTRIBUTE_NOT_FOUND
+    # when a later plan reads only some of them).
+    flat = [F.col(f"coordinates.{f}").alias(f"_c_{f}") for f in COORDINATE_NAMES]
     return (
         checked.select(
             "raw",
             "batch_id",
-            "coordinates",
+            *flat,
             F.when(F.col("utf8_ok") & F.col("json_ok"), messages)
             .otherwise(F.array(F.lit(None)))
             .alias("msgs"),
@@ -209,16 +215,21 @@ def split_messages(records: DataFrame) -> DataFrame:
             "batch_id",
             "record_error",
             F.posexplode_outer("msgs").alias("pos", "message"),
-            "coordinates",
+            *[f"_c_{f}" for f in COORDINATE_NAMES],
         )
         .select(
             "raw",
             "batch_id",
             "message",
             "record_error",
-            F.col("coordinates")
-            .withField("index", F.coalesce(F.col("pos"), F.lit(0)).cast("int"))
-            .alias("coordinates"),
+            F.struct(
+                *[
+                    (
+                        F.coalesce(F.col("pos"), F.lit(0)).cast("int") if f == "index" else F.col(f"_c_{f}")
+                    ).alias(f)
+                    for f in COORDINATE_NAMES
+                ]
+            ).alias("coordinates"),
         )
     )
 
@@ -226,30 +237,68 @@ def split_messages(records: DataFrame) -> DataFrame:
 def decode(records: DataFrame, dialect: str = "auto", options: DecodeOptions | None = None) -> DataFrame:
     """Raw records (model.RAW_DDL) -> decoded events and error rows (model.DECODED_DDL).
 
-    A record that holds no message at all (an empty JSON array) yields one row with op ``filtered``.
+    One pass over the records: a record that is not UTF-8 JSON, or a JSON array holding no message,
+    reaches the dialect as a NULL message, which every dialect turns into one error row keeping the raw
+    record; :func:`record_outcome` then restates such rows as what the record is (a union of a "bad"
+    and a "good" branch would read and split the source once per branch). A record that holds no
+    message at all (an empty JSON array) yields one row with op ``filtered``.
     """
-    from pyspark.sql import functions as F
-
     options = options or DecodeOptions()
     if dialect != "auto" and get_dialect(dialect, options).binary:
         return get_dialect(dialect, options).decode_records(records)
 
-    split = split_messages(records)
-    bad = split.where(F.col("record_error").isNotNull())
-    empty = split.where(F.col("record_error").isNull() & F.col("message").isNull())
-    good = split.where(F.col("record_error").isNull() & F.col("message").isNotNull())
-    outputs = [
-        failed(bad, F.col("record_error")),
-        finish(empty.select(F.lit("filtered").alias("op"), "coordinates")),
-    ]
+    split = split_messages(records).drop("record_error")
     if dialect != "auto":
-        outputs.append(get_dialect(dialect, options).decode_messages(good.drop("record_error")))
-    else:
-        outputs.extend(_detect_and_decode(good.drop("record_error"), options))
+        return record_outcome(get_dialect(dialect, options).decode_messages(split))
+    outputs = _detect_and_decode(split, options)
     result = outputs[0]
     for frame in outputs[1:]:
         result = result.unionByName(frame)
-    return result
+    return record_outcome(result)
+
+
+def record_outcome(decoded: DataFrame) -> DataFrame:
+    """Error rows whose raw record is not UTF-8 JSON, or is an empty JSON array, say so (see decode)."""
+    from pyspark.sql import functions as F
+
+    text = F.col("raw").cast("string")
+    failed_row = F.col("error").isNotNull() & F.col("raw").isNotNull()
+    record_error = F.when(
+        failed_row,
+        first_error(
+            (~F.expr("is_valid_utf8(CAST(raw AS STRING))"), "not valid UTF-8"),
+            (
+                F.expr("try_parse_json(CAST(raw AS STRING))").isNull(),
+                "not JSON: the record does not parse as a JSON document",
+            ),
+        ),
+    )
+    empty = (
+        failed_row
+        & F.ltrim(text).startswith("[")
+        & (F.expr("try_parse_json(CAST(raw AS STRING))").cast("string") == "[]")
+    )
+    staged = decoded.withColumn("_record_error", record_error).withColumn(
+        "_empty", F.coalesce(empty, F.lit(False))
+    )
+    keep = F.col("_record_error").isNull() & ~F.col("_empty")
+    columns = []
+    for name in decoded.columns:
+        if name == "coordinates":
+            columns.append(F.col(name))
+        elif name == "error":
+            columns.append(
+                F.when(F.col("_empty"), F.lit(None))
+                .otherwise(F.coalesce("_record_error", "error"))
+                .alias(name)
+            )
+        elif name == "raw":
+            columns.append(F.when(~F.col("_empty"), F.col("raw")).alias(name))
+        elif name == "op":
+            columns.append(F.when(F.col("_empty"), F.lit("filtered")).when(keep, F.col("op")).alias(name))
+        else:
+            columns.append(F.when(keep, F.col(name)).alias(name))
+    return staged.select(*columns)
 
 
 def _detect_and_decode(messages: DataFrame, options: DecodeOptions) -> list[DataFrame]:
