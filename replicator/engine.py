@@ -7,9 +7,7 @@ there are any, dead letters. Tables are then applied in parallel threads (delta-
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,11 +17,11 @@ import pyarrow.compute as pc
 
 from replicator.apply import DeadRow, TableApplier, TableBatch, TableResult
 from replicator.barriers import declared_keys, plan_barriers, rename_units
-from replicator.changelog import Barrier, TableId, assign_segments, fold, table_match, with_keys
+from replicator.changelog import Barrier, TableId, fold, no_changes, seq_texts, split_by_table
 from replicator.config import JobConfig
 from replicator.dialects.base import DecodeOptions, decode
 from replicator.logging import get_logger
-from replicator.model import BARRIER_OPS, DML_OPS, parse_seq_text, seq_text, seq_text_sql
+from replicator.model import BARRIER_OPS, DML_OPS, parse_seq_text, seq_text
 from replicator.phases import advance_all, after_horizon, bulk_load, table_activity
 from replicator.routing import route
 from replicator.sinks import writer_factory
@@ -85,7 +83,6 @@ class Engine:
 
     # ---- the micro-batch ----------------------------------------------------------------------------------
     def process(self, records: DataFrame, batch_id: int) -> BatchSummary:
-        from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         started = time.monotonic()
@@ -95,48 +92,34 @@ class Engine:
         if records.rdd.getNumPartitions() < parallelism:
             records = records.repartition(parallelism)
         decoded = route(decode(records, self.config.source.dialect, self.options), self.config.tables.route)
-        decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            summary = self._process(records, decoded, batch_id)
-        finally:
-            decoded.unpersist()
+        summary = self._process(records, decoded, batch_id)
         summary.duration_ms = int((time.monotonic() - started) * 1000)
         self.state.record_batch(summary)
         log.info("batch", **dict(summary.__dict__.items()))
         return summary
 
     def _process(self, records: DataFrame, decoded: DataFrame, batch_id: int) -> BatchSummary:
-        from pyspark.sql import functions as F
-
+        """Decode in Spark (one job collecting the batch's events as Arrow), then the rest in Arrow."""
         summary = BatchSummary(batch_id)
         phases = self.phases = Phases()
-        ok = F.col("error").isNull()
-        groups = (
-            decoded.groupBy("database", "schema", "table", "op", ok.alias("ok"))
-            .agg(
-                F.count("*").alias("n"),
-                F.sum(
-                    F.when((F.col("coordinates.index") == 0) & (F.col("coordinates.row") == 0), 1).otherwise(
-                        0
-                    )
-                ).alias("records"),
-                F.max_by("primary_key", F.size("primary_key")).alias("primary_key"),
-            )
-            .collect()
-        )
-        phases.lap("decode+summary")
+        events = decoded.toArrow()
+        phases.lap("decode+collect")
+        ok = pc.is_null(events["error"])
+        groups = _groups(events, ok)
         summary.records_in = sum(int(g["records"] or 0) for g in groups)
         decode_errors = sum(g["n"] for g in groups if not g["ok"])
         summary.filtered = sum(g["n"] for g in groups if g["ok"] and g["op"] == "filtered")
         if decode_errors:
-            dead = self._decode_dead_letters(decoded, batch_id)
+            failed = events.filter(pc.invert(ok))
+            dead = _dead_table(
+                failed.select(["dialect", "database", "table", "error", "raw", "coordinates"]), batch_id
+            )
             self._fail_on(dead)
             self.state.write_dead_letters(dead, batch_id, ":decode")
             summary.dead_letters += dead.num_rows
-            phases.lap("decode_dead_letters")
+        phases.lap("summary")
 
         registry = self.state.tables()
-        phases.lap("registry")
         tables: dict[TableId, list[str]] = {}
         for g in groups:
             if g["ok"] and g["op"] in (*DML_OPS, *BARRIER_OPS) and g["table"] is not None:
@@ -146,16 +129,11 @@ class Engine:
                     tables[table] = key
                 else:
                     tables.setdefault(table, key)
-        # Barrier events first (one collect): a CREATE declares the key of a table before any of its DML.
-        all_barriers = [
-            r.asDict(recursive=True)
-            for r in decoded.where(ok & F.col("op").isin(*BARRIER_OPS) & F.col("table").isNotNull())
-            .drop("raw", "error")
-            .withColumn("seq_text", F.expr(seq_text_sql()))
-            .orderBy("seq")
-            .collect()
-        ]
-        phases.lap("barriers")
+        events = events.filter(pc.and_(ok, pc.is_in(events["op"], pa.array([*DML_OPS, *BARRIER_OPS]))))
+        events = events.drop_columns(["raw", "error"])
+        events = events.append_column("seq_text", seq_texts(events["seq"]))
+        # Barrier events first: a CREATE declares the key of a table before any of its DML.
+        all_barriers = _barrier_rows(events)
         self.activity = table_activity(groups, all_barriers)  # phases: snapshot rows / incremental per table
         selected, unkeyed, excluded_events, barrier_only = {}, [], 0, []
         for table, key in tables.items():
@@ -178,31 +156,28 @@ class Engine:
                     barrier_only.append(table)
         summary.filtered += excluded_events
         summary.events = sum(g["n"] for g in groups if g["ok"] and g["op"] != "filtered")
+        phases.lap("barriers")
 
-        events = decoded.where(ok & F.col("op").isin(*DML_OPS, *BARRIER_OPS)).drop("raw", "error")
         if self.config.changelog.enabled:
+            batch_ids = pa.array([batch_id] * events.num_rows, pa.int64())
             self.state.append_changelog(
-                events.withColumn("batch_id", F.lit(batch_id).cast("bigint")), batch_id
+                events.drop_columns(["seq_text"]).append_column("batch_id", batch_ids), batch_id
             )
             phases.lap("changelog")
 
-        in_scope = F.lit(False)
-        for table in selected:
-            in_scope = in_scope | table_match(table)
-        events = with_keys(events.where(in_scope), selected)
         scope = {*selected, *barrier_only}
         barrier_rows = [r for r in all_barriers if (r["database"], r["schema"], r["table"]) in scope]
         barrier_rows = after_horizon(barrier_rows, registry)  # not at/before a truncate or snapshot point
         by_table, links = plan_barriers(barrier_rows, self.on_barrier is not None)
         barriers = [Barrier(table, tuple(r["seq"])) for table, rows in by_table.items() for r in rows]
-        types = self._source_types(events)
-        phases.lap("types")
-        folded = fold(assign_segments(events, barriers)).toArrow()
-        phases.lap("fold+collect")
+        dml = events.filter(pc.is_in(events["op"], pa.array(DML_OPS)))
+        types = _source_types(dml)
+        folded = dict(fold(dml, selected, barriers))
+        phases.lap("fold")
 
         dead_rows: list[DeadRow] = []
         if unkeyed:
-            dead_rows += self._unkeyed(decoded, unkeyed)
+            dead_rows += _unkeyed(dml, unkeyed)
         keys = {**{t: [] for t in barrier_only}, **selected}
         results = self._apply_tables(folded, by_table, links, types, keys, registry, batch_id)
         phases.lap("apply")
@@ -234,34 +209,9 @@ class Engine:
         return summary
 
     # ---- helpers ------------------------------------------------------------------------------------------
-    def _source_types(self, events: DataFrame) -> dict[TableId, dict[str, str]]:
-        from pyspark.sql import functions as F
-
-        # A table's type map rarely changes inside a batch: group by its JSON text (a few distinct maps per
-        # table) instead of exploding every event's map, then merge the maps on the driver in seq order.
-        rows = (
-            events.where(F.col("op").isin(*DML_OPS))
-            .groupBy("database", "schema", "table", F.to_json("source_types").alias("types"))
-            .agg(F.min("seq").alias("first"), F.max("seq").alias("last"))
-            .collect()
-        )
-        result: dict[TableId, dict[str, str]] = {}
-        by_table: dict[TableId, list[Any]] = {}
-        for r in rows:
-            by_table.setdefault((r["database"], r["schema"], r["table"]), []).append(r)
-        for table, maps in by_table.items():
-            merged: dict[str, str] = {}
-            for r in sorted(maps, key=lambda r: tuple(r["first"])):  # first-seen column order
-                for column in json.loads(r["types"] or "{}"):
-                    merged.setdefault(column, "")
-            for r in sorted(maps, key=lambda r: tuple(r["last"])):  # the latest type of each column wins
-                merged.update(json.loads(r["types"] or "{}"))
-            result[table] = {c: t for c, t in merged.items() if t}
-        return result
-
     def _apply_tables(
         self,
-        folded: pa.Table,
+        folded: dict[TableId, pa.Table],
         by_table: dict[TableId, list[dict[str, Any]]],
         links: list[tuple[TableId, TableId, str]],
         types: dict[TableId, dict[str, str]],
@@ -270,14 +220,14 @@ class Engine:
         batch_id: int,
     ) -> list[TableResult]:
         work: list[TableBatch] = []
-        for table, rows in _split_by_table(folded):
+        for table, rows in folded.items():
             if table not in keys:
                 continue
             work.append(self._table_batch(table, rows, by_table, types, keys, registry))
         seen = {w.table for w in work}
         for table in set(by_table) - seen:
             if table in keys:
-                work.append(self._table_batch(table, folded.slice(0, 0), by_table, types, keys, registry))
+                work.append(self._table_batch(table, no_changes(), by_table, types, keys, registry))
 
         def run(item: TableBatch) -> TableResult:
             return TableApplier(
@@ -314,38 +264,6 @@ class Engine:
             state=state,
             bulk=bulk_load(registry.get(table), self.activity.get(table)),
         )
-
-    def _decode_dead_letters(self, decoded: DataFrame, batch_id: int) -> pa.Table:
-        from pyspark.sql import functions as F
-
-        rows = (
-            decoded.where(F.col("error").isNotNull())
-            .select("dialect", "database", "table", "error", "raw", "coordinates")
-            .toArrow()
-        )
-        return _dead_table(rows, batch_id)
-
-    def _unkeyed(self, decoded: DataFrame, tables: list[TableId]) -> list[DeadRow]:
-        from pyspark.sql import functions as F
-
-        cond = F.lit(False)
-        for table in tables:
-            cond = cond | table_match(table)
-        rows = (
-            decoded.where(F.col("error").isNull() & cond & F.col("op").isin(*DML_OPS))
-            .select("database", "table", "coordinates")
-            .collect()
-        )
-        return [
-            DeadRow(
-                r["coordinates"].asDict(),
-                f"no primary key known for {r['database']}.{r['table']}: the messages carry none; "
-                "set tables.keys in the job file",
-                r["database"],
-                r["table"],
-            )
-            for r in rows
-        ]
 
     def _engine_dead_letters(self, records: DataFrame, dead: list[DeadRow], batch_id: int) -> pa.Table:
         """Fetch the raw records of events that failed after decoding (rare: one join, only then)."""
@@ -431,24 +349,123 @@ def _dead_table(rows: pa.Table, batch_id: int) -> pa.Table:
     )
 
 
-def _split_by_table(folded: pa.Table) -> Iterable[tuple[TableId, pa.Table]]:
-    """Sort once by table, then slice at the run boundaries (vectorized: no per-row Python)."""
-    if folded.num_rows == 0:
-        return
-    ordered = folded.sort_by([("database", "ascending"), ("schema", "ascending"), ("table", "ascending")])
-    ident = pc.binary_join_element_wise(
-        pc.fill_null(ordered["database"], ""),
-        pc.fill_null(ordered["schema"], "\x00"),
-        pc.fill_null(ordered["table"], ""),
-        "\x1f",
-    ).combine_chunks()
-    n = ordered.num_rows
-    changes = pc.indices_nonzero(pc.not_equal(ident.slice(1), ident.slice(0, n - 1))).to_pylist()
-    starts = [0, *[i + 1 for i in changes]]
-    for start, end in zip(starts, [*starts[1:], n], strict=True):
-        first = ordered.slice(start, 1)
-        table = (first["database"][0].as_py(), first["schema"][0].as_py(), first["table"][0].as_py())
-        yield table, ordered.slice(start, end - start)
+MAP_FIELDS = ("after", "before", "source_types", "meta")
+
+
+def _groups(events: pa.Table, ok: pa.Array) -> list[dict[str, Any]]:
+    """The batch summary per (table, op, ok): events, records (first row of each record), longest key."""
+    coords = events["coordinates"].combine_chunks() if events.num_rows else None
+    first = (
+        pc.and_(pc.equal(pc.struct_field(coords, "index"), 0), pc.equal(pc.struct_field(coords, "row"), 0))
+        if coords is not None
+        else pa.array([], pa.bool_())
+    )
+    frame = pa.table(
+        {
+            "database": events["database"],
+            "schema": events["schema"],
+            "table": events["table"],
+            "op": events["op"],
+            "ok": ok,
+            "pk": pc.binary_join(events["primary_key"], "\x1f"),
+            "first": pc.cast(pc.fill_null(first, False), pa.int64()),
+        }
+    )
+    counted = frame.group_by(["database", "schema", "table", "op", "ok", "pk"], use_threads=False).aggregate(
+        [("first", "sum"), ("first", "count")]
+    )
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in counted.to_pylist():
+        ident = (r["database"], r["schema"], r["table"], r["op"], r["ok"])
+        g = merged.setdefault(
+            ident,
+            {
+                **dict(zip(("database", "schema", "table", "op", "ok"), ident, strict=True)),
+                "n": 0,
+                "records": 0,
+                "primary_key": [],
+            },
+        )
+        g["n"] += r["first_count"]
+        g["records"] += r["first_sum"]
+        key = r["pk"].split("\x1f") if r["pk"] else []
+        if len(key) > len(g["primary_key"]):
+            g["primary_key"] = key
+    return list(merged.values())
+
+
+def _barrier_rows(events: pa.Table) -> list[dict[str, Any]]:
+    """Barrier events as dicts (maps as dicts), in seq order."""
+    barriers = events.filter(
+        pc.and_(pc.is_in(events["op"], pa.array(BARRIER_OPS)), pc.is_valid(events["table"]))
+    )
+    rows = barriers.to_pylist()
+    for r in rows:
+        for name in MAP_FIELDS:
+            if r.get(name) is not None:
+                r[name] = dict(r[name])
+    return sorted(rows, key=lambda r: r["seq_text"])
+
+
+def _source_types(dml: pa.Table) -> dict[TableId, dict[str, str]]:
+    """Each table's column types: first-seen column order, the latest type of each column wins.
+
+    A table's type map rarely changes inside a batch: group by the map's text (a few distinct maps per
+    table), then merge them in seq order."""
+    if dml.num_rows == 0:
+        return {}
+    types = dml["source_types"].combine_chunks()
+    frame = pa.table(
+        {
+            "database": dml["database"],
+            "schema": dml["schema"],
+            "table": dml["table"],
+            # offsets index the map's whole child arrays, as keys/items are (sliced or not)
+            "names": pc.binary_join(pa.ListArray.from_arrays(types.offsets, types.keys), "\x1f"),
+            "types": pc.binary_join(
+                pa.ListArray.from_arrays(types.offsets, pc.fill_null(types.items, "")), "\x1f"
+            ),
+            "seq_text": dml["seq_text"],
+        }
+    )
+    rows = (
+        frame.group_by(["database", "schema", "table", "names", "types"], use_threads=False)
+        .aggregate([("seq_text", "min"), ("seq_text", "max")])
+        .to_pylist()
+    )
+    by_table: dict[TableId, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_table.setdefault((r["database"], r["schema"], r["table"]), []).append(r)
+    result: dict[TableId, dict[str, str]] = {}
+    for table, maps in by_table.items():
+        merged: dict[str, str] = {}
+        for r in sorted(maps, key=lambda r: r["seq_text_min"]):  # first-seen column order
+            for column in (r["names"] or "").split("\x1f") if r["names"] else []:
+                merged.setdefault(column, "")
+        for r in sorted(maps, key=lambda r: r["seq_text_max"]):  # the latest type of each column wins
+            if r["names"]:
+                merged.update(zip(r["names"].split("\x1f"), r["types"].split("\x1f"), strict=True))
+        result[table] = {c: t for c, t in merged.items() if t}
+    return result
+
+
+def _unkeyed(dml: pa.Table, tables: list[TableId]) -> list[DeadRow]:
+    """DML of tables without a known primary key: dead letters asking for tables.keys."""
+    dead: list[DeadRow] = []
+    for table, rows in split_by_table(dml):
+        if table not in tables:
+            continue
+        for coordinates in rows["coordinates"].to_pylist():
+            dead.append(
+                DeadRow(
+                    coordinates,
+                    f"no primary key known for {table[0]}.{table[2]}: the messages carry none; "
+                    "set tables.keys in the job file",
+                    table[0],
+                    table[2],
+                )
+            )
+    return dead
 
 
 __all__ = ["Engine", "RecordFailed", "parse_seq_text", "seq_text"]

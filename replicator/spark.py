@@ -22,6 +22,9 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     "spark.driver.memory": "4g",
+    # The engine collects each micro-batch's decoded events as Arrow (replicator.engine): bound a batch
+    # with source.max_files_per_trigger / kafka.max_offsets_per_trigger, not with this.
+    "spark.driver.maxResultSize": "3g",
     "spark.sql.adaptive.enabled": "true",
 }
 # Settings the engine relies on, whatever the deployment says.

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -17,9 +15,38 @@ import pyarrow as pa
 from replicator.sinks.base import MirrorWriter, Txn, WriterFactory
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
     from replicator.changelog import TableId
+
+_STRINGS = pa.map_(pa.string(), pa.string())
+# The change log: the change-event contract (model.EVENT_FIELDS) plus the batch id. Lists name their
+# items "element", as delta-rs writes them on append: every file of the table has one physical schema.
+CHANGELOG_SCHEMA = pa.schema(
+    [
+        *[(name, pa.string()) for name in ("dialect", "database", "schema", "table", "op")],
+        *[(name, pa.string()) for name in ("ddl_kind", "ddl_sql", "table_changes")],
+        ("primary_key", pa.list_(pa.field("element", pa.string()))),
+        ("after", _STRINGS),
+        ("before", _STRINGS),
+        ("source_types", _STRINGS),
+        ("seq", pa.list_(pa.field("element", pa.int64()))),
+        ("event_time", pa.timestamp("us", tz="UTC")),
+        ("position", pa.string()),
+        ("meta", _STRINGS),
+        (
+            "coordinates",
+            pa.struct(
+                [
+                    ("source", pa.string()),
+                    ("partition", pa.int64()),
+                    ("offset", pa.int64()),
+                    ("index", pa.int32()),
+                    ("row", pa.int32()),
+                ]
+            ),
+        ),
+        ("batch_id", pa.int64()),
+    ]
+)
 
 DEAD_LETTER_SCHEMA = pa.schema(
     [
@@ -59,7 +86,7 @@ TABLE_SCHEMA = pa.schema(
         ("schema", pa.string()),
         ("table", pa.string()),
         ("mirror", pa.string()),
-        ("primary_key", pa.list_(pa.string())),
+        ("primary_key", pa.list_(pa.field("element", pa.string()))),
         ("phase", pa.string()),
         ("dropped", pa.bool_()),
         ("truncate_seq", pa.string()),
@@ -196,56 +223,23 @@ class State:
         self.table("batches").append(pa.Table.from_pylist([row], BATCH_SCHEMA), self.txn(summary.batch_id))
 
     # ---- change log -------------------------------------------------------------------------------------
-    def append_changelog(self, events: DataFrame, batch_id: int) -> None:
-        """Spark writes the batch's events as Parquet into the change-log table folder; delta-rs commits
-        them with the batch's app transaction, so a replayed batch adds nothing twice."""
-        from deltalake import DeltaTable
-        from deltalake.transaction import AddAction
+    def append_changelog(self, events: pa.Table, batch_id: int) -> None:
+        """Append the batch's events (Arrow, collected once by the engine) to the change-log table,
+        partitioned by database and table, with the batch's app transaction: a replayed batch adds
+        nothing twice."""
+        from deltalake import CommitProperties, Transaction, write_deltalake
 
-        root = self.root / "changelog"
-        if self.done("changelog", batch_id):
+        if self.done("changelog", batch_id) or events.num_rows == 0:
             return
-        staging = f"_staging/batch={batch_id}-{uuid.uuid4().hex[:8]}"
-        events.write.mode("overwrite").partitionBy("database", "table").parquet(str(root / staging))
-        actions, schema = [], None
-        for dirpath, _dirs, files in os.walk(root / staging):
-            for name in files:
-                if not name.endswith(".parquet"):
-                    continue
-                full = Path(dirpath) / name
-                rel = full.relative_to(root).as_posix()
-                parts = dict(p.split("=", 1) for p in Path(dirpath).relative_to(root / staging).parts)
-                values = {
-                    k: (None if v == "__HIVE_DEFAULT_PARTITION__" else _unescape(v)) for k, v in parts.items()
-                }
-                if schema is None:
-                    import pyarrow.parquet as pq
-
-                    schema = pq.read_schema(full)
-                stat = full.stat()
-                actions.append(AddAction(rel, stat.st_size, values, int(stat.st_mtime * 1000), True, "{}"))
-        if not actions:
-            return
-        assert schema is not None
-        full_schema = pa.schema([*schema, pa.field("database", pa.string()), pa.field("table", pa.string())])
-        from deltalake import CommitProperties, Transaction
-
-        commit = CommitProperties(app_transactions=[Transaction(self.job, batch_id)])
-        if not DeltaTable.is_deltatable(str(root)):
-            DeltaTable.create(str(root), full_schema, partition_by=["database", "table"], mode="ignore")
-        DeltaTable(str(root)).create_write_transaction(
-            actions,
+        # One fixed schema, all nullable: Spark's Arrow export may mark a column non-null in one batch.
+        rows = pa.table([events[f.name].cast(f.type) for f in CHANGELOG_SCHEMA], schema=CHANGELOG_SCHEMA)
+        write_deltalake(
+            str(self.root / "changelog"),
+            rows,
             mode="append",
-            schema=full_schema,
             partition_by=["database", "table"],
-            commit_properties=commit,
+            commit_properties=CommitProperties(app_transactions=[Transaction(self.job, batch_id)]),
         )
 
     def read_changelog(self, columns: Sequence[str] | None = None) -> pa.Table:
         return self.table("changelog").read(columns)
-
-
-def _unescape(value: str) -> str:
-    from urllib.parse import unquote
-
-    return unquote(value)
