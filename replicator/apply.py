@@ -287,7 +287,16 @@ class TableApplier:
                 # the dead-letter append carries its own transaction.
                 self.result.skipped = True
                 if self.work.rows.num_rows:
-                    self.result.dead.extend(self.typed(self.resolve_patches(self.work.rows)[0])[1])
+                    typed, dead = self.typed(self.resolve_patches(self.work.rows)[0])
+                    self.result.dead.extend(dead)
+                    # A kill -9 can land between the table's commit and its tombstones (or the registry
+                    # save): write the tombstones again (a MERGE by sequence, idempotent) and advance the
+                    # table's position, or a redelivered older insert of a deleted key would come back.
+                    typed = self.guard(typed)
+                    if typed.num_rows:
+                        self.update_tombstones(typed)
+                        self._advance(typed)
+                self.result.state = self.table_state
                 return self.result
         rows = self.work.rows
         segments = max(
@@ -326,6 +335,11 @@ class TableApplier:
             merged = self.mirror.merge_guarded(typed, self._key(), CDC_SEQ, CDC_OP, txn)
         self.result.merged = self.result.merged + merged
         self.update_tombstones(typed)
+        self._advance(typed)
+        return txn is not None
+
+    def _advance(self, typed: pa.Table) -> None:
+        """Move the table's last position to the newest applied event."""
         last = pc.max(typed[CDC_SEQ]).as_py()
         if last and (self.table_state.last_seq or "") < last:
             at = pc.index(typed[CDC_SEQ], last).as_py()
@@ -335,7 +349,6 @@ class TableApplier:
                 last_position=typed[CDC_POSITION][at].as_py(),
                 last_event_time=typed[CDC_EVENT_TIME][at].as_py(),
             )
-        return txn is not None
 
     def apply_barrier(self, event: dict[str, Any]) -> None:
         self.result.ddl.append(event)

@@ -57,14 +57,21 @@ class DeltaRsWriter(MirrorWriter):
         on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
         newer = f"s.{quote(seq_column)} > t.{quote(seq_column)}"
         is_delete = f"s.{quote(op_column)} = 'delete'"
+        table = self._table()
+        before = table.version()
         metrics = (
-            self._table()
-            .merge(batch, predicate=on, source_alias="s", target_alias="t", commit_properties=_commit(txn))
+            table.merge(
+                batch, predicate=on, source_alias="s", target_alias="t", commit_properties=_commit(txn)
+            )
             .when_matched_delete(predicate=f"{is_delete} AND {newer}")
             .when_matched_update_all(predicate=f"NOT ({is_delete}) AND {newer}")
             .when_not_matched_insert_all(predicate=f"NOT ({is_delete})")
             .execute()
         )
+        if txn is not None and self._table().version() == before:
+            # delta-rs writes no commit for a MERGE that changes nothing (every row older than the mirror's):
+            # the batch's app transaction must still be recorded, or a replay would not know it was applied.
+            self.mark(txn)
         return MergeResult(
             metrics.get("num_target_rows_inserted", 0),
             metrics.get("num_target_rows_updated", 0),
