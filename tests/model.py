@@ -1,8 +1,15 @@
 """The reference model: what a mirror must hold after a sequence of logical operations.
 
-Plain Python, deliberately naive: a table is a dict from primary key to row dict, and each operation is
-applied exactly as its name says. The engine is correct when its mirror equals this model, whatever the
-encoding, batching, redelivery and (allowed) reordering of the messages that carried the operations.
+Plain Python, deliberately naive: a table is a name, a column list and a dict from primary key to row dict,
+and each operation is applied exactly as its name says. The engine is correct when its mirror equals this
+model, whatever the encoding, batching, redelivery and (allowed) reordering of the messages that carried the
+operations.
+
+Schema changes: ``add_column`` (a nullable column, NULL in every existing row), ``drop_column`` and
+``rename_table``. What a mirror holds after a DROP COLUMN depends on the job's ``schema_evolution`` policy
+(docs/schema-evolution.md), so a :class:`Table` follows one: ``evolve`` (the source's own semantics: the
+column is gone) or ``lenient`` (the column stays; rows keep their values until written again, and rows
+written from then on carry NULL in it).
 """
 
 from __future__ import annotations
@@ -13,7 +20,9 @@ from decimal import Decimal
 from typing import Any, Literal
 
 Row = dict[str, Any]
-Kind = Literal["insert", "update", "delete", "truncate"]
+Kind = Literal["insert", "update", "delete", "truncate", "add_column", "drop_column", "rename_table"]
+Policy = Literal["evolve", "lenient"]
+DDL_KINDS = ("add_column", "drop_column", "rename_table")
 
 # The fixed typed schema of the generated workloads: column -> logical type.
 COLUMNS: dict[str, str] = {
@@ -24,6 +33,7 @@ COLUMNS: dict[str, str] = {
     "flag": "tinyint",
 }
 KEY = "id"
+NAME = "orders"  # the table's name before any rename
 
 
 @dataclass(frozen=True)
@@ -48,26 +58,42 @@ class Op:
 @dataclass(frozen=True)
 class Statement:
     """One source statement: several row changes of the same kind (a multi-row message where the tool
-    writes one), or a TRUNCATE (``ops`` empty). ``time`` is the commit time in ms."""
+    writes one), a TRUNCATE, or a schema change (``ops`` empty): ``column`` is the column added / dropped,
+    ``table`` the new name of a rename. ``time`` is the commit time in ms."""
 
     kind: Kind
     ops: tuple[Op, ...]
     time: int
+    column: str | None = None
+    table: str | None = None
+
+    @property
+    def ddl(self) -> bool:
+        return self.kind in DDL_KINDS
 
 
 @dataclass
 class Table:
     rows: dict[Any, Row] = field(default_factory=dict)
+    columns: list[str] = field(default_factory=lambda: list(COLUMNS))
+    name: str = NAME
+    policy: Policy = "evolve"
+    dropped: set[str] = field(default_factory=set)  # lenient: dropped at the source, kept in the mirror
+
+    def _row(self, image: Row) -> Row:
+        # A row image names exactly the source's columns; a column kept by lenient is NULL when written.
+        assert set(image) == set(self.columns) - self.dropped, (image, self.columns, self.dropped)
+        return {c: image.get(c) for c in self.columns}
 
     def apply(self, op: Op) -> None:
         if op.kind == "insert":
             assert op.after is not None and op.after[KEY] not in self.rows, op
-            self.rows[op.after[KEY]] = dict(op.after)
+            self.rows[op.after[KEY]] = self._row(op.after)
         elif op.kind == "update":
             assert op.before is not None and op.after is not None and op.before[KEY] in self.rows, op
             del self.rows[op.before[KEY]]
             assert op.after[KEY] not in self.rows, op
-            self.rows[op.after[KEY]] = dict(op.after)
+            self.rows[op.after[KEY]] = self._row(op.after)
         elif op.kind == "delete":
             assert op.before is not None and op.before[KEY] in self.rows, op
             del self.rows[op.before[KEY]]
@@ -75,18 +101,40 @@ class Table:
             raise ValueError(op.kind)
 
     def apply_statement(self, statement: Statement) -> None:
+        column = statement.column
         if statement.kind == "truncate":
             self.rows.clear()
+        elif statement.kind == "add_column":
+            assert column is not None and column not in self.columns, statement
+            self.columns.append(column)
+            for row in self.rows.values():
+                row[column] = None
+        elif statement.kind == "drop_column":
+            assert column in self.columns and column != KEY and column not in self.dropped, statement
+            if self.policy == "lenient":
+                self.dropped.add(column)
+            else:
+                self.columns.remove(column)
+                for row in self.rows.values():
+                    del row[column]
+        elif statement.kind == "rename_table":
+            assert statement.table is not None and statement.table != self.name, statement
+            self.name = statement.table
         for op in statement.ops:
             self.apply(op)
 
     def sorted_rows(self) -> list[Row]:
         return [self.rows[k] for k in sorted(self.rows)]
 
+    def source_columns(self) -> list[str]:
+        """The columns the source table has now (a DML row image names exactly these)."""
+        return [c for c in self.columns if c not in self.dropped]
 
-def replay(statements: list[Statement], until: int | None = None) -> Table:
-    """The table after every statement (or those with ``time <= until``)."""
-    table = Table()
+
+def replay(statements: list[Statement], until: int | None = None, policy: Policy = "evolve") -> Table:
+    """The table (as a mirror under ``policy`` holds it) after every statement (or those with
+    ``time <= until``)."""
+    table = Table(policy=policy)
     for statement in statements:
         if until is None or statement.time <= until:
             table.apply_statement(statement)

@@ -8,6 +8,11 @@ mirror row back to logical values (untyped dialects leave text columns).
 
 Every encoding here gives each statement a distinct ordering position (binlog offset, DRS id, canal id),
 so the dialect part of ``seq`` is a total order per key and any reordering of records must converge.
+
+Schema changes (``workloads(ddl=...)``: ADD COLUMN ``note``, DROP COLUMN, RENAME TABLE, at most two per
+workload) are encoded only by the encoders whose format carries DDL in the row stream (``Encoder.ddl``).
+A DDL record is a barrier for delivery plans (:func:`deliveries`): no record crosses it, because a schema
+change cannot be undone by the sequence guard the way a stale row change is.
 """
 
 from __future__ import annotations
@@ -22,18 +27,22 @@ from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 
-from tests.model import KEY, Op, Row, Statement, Table
+from tests.model import KEY, NAME, Op, Row, Statement, Table
 
 T0 = 1_700_000_000_000  # ms
-DATABASE, TABLE = "shop", "orders"
+DATABASE, TABLE = "shop", NAME
+RENAMED = "orders_v2"  # the table's name after a rename_table
+ADDED = "note"  # the nullable column an add_column adds
 MYSQL_TYPES = {
     "id": "int(11)",
     "name": "varchar(32)",
     "amount": "decimal(10,2)",
     "ts": "datetime(3)",
     "flag": "tinyint(4)",
+    ADDED: "varchar(16)",
 }
-JDBC = {"id": 4, "name": 12, "amount": 3, "ts": 93, "flag": -6}
+JDBC = {"id": 4, "name": 12, "amount": 3, "ts": 93, "flag": -6, ADDED: 12}
+DDL_OPS = frozenset({"add_column", "drop_column", "rename_table"})
 
 NAMES = ["", None, "a", "小春😀", 'it\'s "q" \\ ', " x "]
 AMOUNTS = [
@@ -52,27 +61,32 @@ TIMES = [
     None,
 ]
 FLAGS = [0, 1, -128, 127, None]
+NOTES = ["n", None, "", "ü"]
+VALUES = {"name": NAMES, "amount": AMOUNTS, "ts": TIMES, "flag": FLAGS, ADDED: NOTES}
 
 
 # ---- strategies -------------------------------------------------------------------------------------------
-def rows(key: int) -> st.SearchStrategy[Row]:
+def rows(key: int, columns: list[str] | None = None) -> st.SearchStrategy[Row]:
+    """A full row image of ``key`` over ``columns`` (default: the initial schema)."""
+    columns = columns or [c for c in MYSQL_TYPES if c != ADDED]
     return st.fixed_dictionaries(
-        {
-            "id": st.just(key),
-            "name": st.sampled_from(NAMES),
-            "amount": st.sampled_from(AMOUNTS),
-            "ts": st.sampled_from(TIMES),
-            "flag": st.sampled_from(FLAGS),
-        }
+        {c: st.just(key) if c == KEY else st.sampled_from(VALUES[c]) for c in columns}
     )
 
 
 @st.composite
 def workloads(
-    draw: st.DrawFn, keys: int = 4, max_statements: int = 10, truncate: bool = True
+    draw: st.DrawFn,
+    keys: int = 4,
+    max_statements: int = 10,
+    truncate: bool = True,
+    ddl: frozenset[str] = frozenset(),
+    max_ddl: int = 2,
 ) -> list[Statement]:
     """Valid statement sequences: inserts of absent keys, updates / deletes / key changes of present ones,
-    now and then a TRUNCATE. Commit times never go back but may repeat (same millisecond)."""
+    now and then a TRUNCATE and, among the ``ddl`` kinds allowed, rarely (at most ``max_ddl``, each kind
+    once) an ADD COLUMN ``note``, a DROP COLUMN or a RENAME TABLE. Commit times never go back but may
+    repeat (same millisecond)."""
     table = Table()
     statements: list[Statement] = []
     time = T0
@@ -80,23 +94,39 @@ def workloads(
         time += draw(st.sampled_from([0, 1, 1000]))
         present = sorted(table.rows)
         absent = [k for k in range(1, keys + 1) if k not in table.rows]
+        done = {s.kind for s in statements if s.ddl}
+        schema = [k for k in sorted(ddl - done) if statements and len(done) < max_ddl]
+        schema = [k for k in schema if k != "drop_column" or len(table.columns) > 2]
+        # A small chance per statement (shrinks towards no DDL: 0 is the "no" end of the range).
+        if schema and draw(st.integers(0, 9)) == 9:
+            kind = draw(st.sampled_from(schema))
+            if kind == "add_column":
+                statement = Statement(kind, (), time, column=ADDED)
+            elif kind == "drop_column":
+                statement = Statement(kind, (), time, column=draw(st.sampled_from(table.columns[1:])))
+            else:
+                statement = Statement(kind, (), time, table=RENAMED)
+            table.apply_statement(statement)
+            statements.append(statement)
+            continue
         kinds = (["insert"] if absent else []) + (["update", "delete"] if present else [])
         kinds += ["key_change"] if present and absent else []
         kinds += ["truncate"] if truncate and present and statements else []
         kind = draw(st.sampled_from(kinds))
         ops: list[Op] = []
+        # Copies: the model's rows change in place under later schema changes.
         if kind == "insert":
             for k in draw(st.lists(st.sampled_from(absent), min_size=1, max_size=3, unique=True)):
-                ops.append(Op("insert", after=draw(rows(k))))
+                ops.append(Op("insert", after=draw(rows(k, table.columns))))
         elif kind == "update":
             for k in draw(st.lists(st.sampled_from(present), min_size=1, max_size=3, unique=True)):
-                ops.append(Op("update", before=table.rows[k], after=draw(rows(k))))
+                ops.append(Op("update", before=dict(table.rows[k]), after=draw(rows(k, table.columns))))
         elif kind == "delete":
             for k in draw(st.lists(st.sampled_from(present), min_size=1, max_size=2, unique=True)):
-                ops.append(Op("delete", before=table.rows[k]))
+                ops.append(Op("delete", before=dict(table.rows[k])))
         elif kind == "key_change":
             old, new = draw(st.sampled_from(present)), draw(st.sampled_from(absent))
-            ops.append(Op("update", before=table.rows[old], after={**table.rows[old], KEY: new}))
+            ops.append(Op("update", before=dict(table.rows[old]), after={**table.rows[old], KEY: new}))
         statement = Statement("truncate" if kind == "truncate" else ops[0].kind, tuple(ops), time)
         table.apply_statement(statement)
         statements.append(statement)
@@ -104,13 +134,24 @@ def workloads(
 
 
 @st.composite
-def deliveries(draw: st.DrawFn, n: int, reorder: bool = True, redeliver: bool = True) -> list[list[int]]:
+def deliveries(
+    draw: st.DrawFn,
+    n: int,
+    reorder: bool = True,
+    redeliver: bool = True,
+    barriers: frozenset[int] = frozenset(),
+) -> list[list[int]]:
     """Record indexes 0..n-1 -> micro-batches: a permutation (or the source order), some records delivered
-    again later, cut into 1..3 consecutive batches."""
-    order = draw(st.permutations(range(n))) if reorder else list(range(n))
-    if redeliver and n:
-        for i in draw(st.lists(st.integers(0, n - 1), max_size=3)):
-            order.insert(draw(st.integers(order.index(i) + 1, len(order))), i)
+    again later, cut into 1..3 consecutive batches. A ``barriers`` record (DDL) splits the stream: records
+    are permuted and redelivered only within the stretch between two barriers, which keep their place."""
+    order: list[int] = []
+    bounds = [0, *sorted(b for b in barriers for b in (b, b + 1)), n]
+    for a, b in itertools.pairwise(bounds):
+        part = draw(st.permutations(range(a, b))) if reorder else list(range(a, b))
+        if redeliver and b - a and not (b - a == 1 and a in barriers):
+            for i in draw(st.lists(st.integers(a, b - 1), max_size=3 if not barriers else 1)):
+                part.insert(draw(st.integers(part.index(i) + 1, len(part))), i)
+        order += part
     cuts = sorted(draw(st.lists(st.integers(1, max(len(order) - 1, 1)), max_size=2, unique=True)))
     bounds = [0, *[c for c in cuts if c < len(order)], len(order)]
     return [order[a:b] for a, b in itertools.pairwise(bounds) if b > a]
@@ -166,6 +207,9 @@ class Encoder:
     keyless: ClassVar[bool] = False  # messages carry no key: the job file names it (tables.keys)
     detectable: ClassVar[bool] = True  # decodes under ``dialect: auto`` (else the job pins the dialect)
     epoch_ts: ClassVar[bool] = False  # untyped ts column holds epoch ms
+    # The schema changes the format carries in its row stream (``workloads(ddl=...)``); the others get
+    # workloads without them.
+    ddl: ClassVar[frozenset[str]] = frozenset()
 
     @property
     def database(self) -> str:
@@ -173,25 +217,54 @@ class Encoder:
         return "shop_" + self.name.replace("-", "_")
 
     def encode(self, statements: list[Statement]) -> list[tuple[str, set[int]]]:
-        out: list[tuple[str, set[int]]] = []
+        return [(text, keys) for text, keys, _ddl in self.records(statements)]
+
+    def barriers(self, statements: list[Statement]) -> frozenset[int]:
+        """Indexes of the DDL records of ``encode(statements)`` (see :func:`deliveries`)."""
+        return frozenset(i for i, (_t, _k, ddl) in enumerate(self.records(statements)) if ddl)
+
+    def records(self, statements: list[Statement]) -> list[tuple[str, set[int], bool]]:
+        out: list[tuple[str, set[int], bool]] = []
         table = Table()
         for i, s in enumerate(statements):
+            assert not s.ddl or s.kind in self.ddl, (self.name, s.kind)
             if s.kind == "truncate" and not self.truncate:  # the same end state, as row deletes
-                s = Statement("delete", tuple(Op("delete", before=r) for r in table.sorted_rows()), s.time)
-            table.apply_statement(s)
+                deletes = tuple(Op("delete", before=dict(r)) for r in table.sorted_rows())
+                s = Statement("delete", deletes, s.time)
             keys = {k for op in s.ops for k in _keys(op)}
-            out += [(json.dumps(m, ensure_ascii=False), keys) for m in self.messages(i, s)]
+            out += [(json.dumps(m, ensure_ascii=False), keys, s.ddl) for m in self.messages(i, s, table)]
+            table.apply_statement(s)
         return out
 
     def job_keys(self) -> dict[str, list[str]]:
         """``tables.keys`` entries for dialects whose messages carry no key."""
         return {f"{self.database}.{TABLE}": [KEY]} if self.keyless else {}
 
-    def messages(self, i: int, s: Statement) -> list[dict[str, Any]]:
+    def messages(self, i: int, s: Statement, table: Table) -> list[dict[str, Any]]:
+        """The messages of statement ``i``; ``table`` is the source table before it (name, columns)."""
         raise NotImplementedError
 
     def logical(self, row: Row) -> Row:
         return {c: _parse(c, v, self.epoch_ts) for c, v in row.items()}
+
+
+def _types(table: Table) -> dict[str, str]:
+    return {c: MYSQL_TYPES[c] for c in table.columns}
+
+
+def _jdbc(table: Table) -> dict[str, int]:
+    return {c: JDBC[c] for c in table.columns}
+
+
+def _ddl_sql(s: Statement, table: Table) -> str:
+    """The statement text MySQL logs (and canal-family tools copy into ``sql``)."""
+    if s.kind == "add_column":
+        assert s.column is not None
+        return f"ALTER TABLE `{table.name}` ADD COLUMN `{s.column}` {MYSQL_TYPES[s.column]} NULL"
+    if s.kind == "drop_column":
+        return f"ALTER TABLE `{table.name}` DROP COLUMN `{s.column}`"
+    assert s.kind == "rename_table"
+    return f"RENAME TABLE `{table.name}` TO `{s.table}`"
 
 
 def _keys(op: Op) -> list[int]:
@@ -216,21 +289,27 @@ def _changed(op: Op) -> dict[str, Any]:
 
 class CanalJson(Encoder):
     dialect = name = "canal-json"
+    ddl = DDL_OPS
 
-    def messages(self, i: int, s: Statement) -> list[dict[str, Any]]:
-        base = {"database": self.database, "table": TABLE, "es": s.time, "ts": s.time + 100, "id": i + 1}
-        if s.kind == "truncate":
+    def messages(self, i: int, s: Statement, table: Table) -> list[dict[str, Any]]:
+        base = {"database": self.database, "table": table.name, "es": s.time, "ts": s.time + 100, "id": i + 1}
+        if s.kind == "truncate" or s.ddl:
+            kind, sql = "TRUNCATE", f"TRUNCATE TABLE `{table.name}`"
+            if s.ddl:
+                kind, sql = ("RENAME" if s.kind == "rename_table" else "ALTER"), _ddl_sql(s, table)
             return [
                 {
                     **base,
+                    # canal names a RENAME by its new table (seed 002)
+                    "table": s.table if s.kind == "rename_table" else table.name,
                     "data": None,
                     "isDdl": True,
                     "mysqlType": None,
                     "old": None,
                     "pkNames": None,
-                    "sql": f"TRUNCATE TABLE `{TABLE}`",
+                    "sql": sql,
                     "sqlType": None,
-                    "type": "TRUNCATE",
+                    "type": kind,
                 }
             ]
         # canal: `data` holds the rows (the deleted rows for DELETE), `old` only the changed columns.
@@ -240,11 +319,11 @@ class CanalJson(Encoder):
                 **base,
                 "data": [texts(_image(op)) for op in s.ops],
                 "isDdl": False,
-                "mysqlType": MYSQL_TYPES,
+                "mysqlType": _types(table),
                 "old": old,
                 "pkNames": [KEY],
                 "sql": "",
-                "sqlType": JDBC,
+                "sqlType": _jdbc(table),
                 "type": s.kind.upper(),
             }
         ]
@@ -252,13 +331,16 @@ class CanalJson(Encoder):
 
 class CloudCanalJson(Encoder):
     dialect = name = "cloudcanal-json"
+    # ALTER as in seed 004 (the table's types after the change in dbValType, no tableChanges); which name a
+    # RENAME message carries is not documented, so no renames here.
+    ddl = frozenset({"add_column", "drop_column"})
 
-    def messages(self, i: int, s: Statement) -> list[dict[str, Any]]:
+    def messages(self, i: int, s: Statement, table: Table) -> list[dict[str, Any]]:
         base = {
             "bid": i + 1,
             "db": self.database,
             "schema": self.database,
-            "table": TABLE,
+            "table": table.name,
             "entryType": "ROWDATA",
             "execTs": s.time,
             "sendTs": s.time + 120,
@@ -274,7 +356,23 @@ class CloudCanalJson(Encoder):
                     "isDdl": True,
                     "jdbcType": {},
                     "pks": [],
-                    "sql": f"truncate table {TABLE}",
+                    "sql": f"truncate table {table.name}",
+                }
+            ]
+        if s.ddl:
+            after = Table(columns=list(table.columns), name=table.name)
+            after.apply_statement(s)
+            return [
+                {
+                    **base,
+                    "action": "ALTER",
+                    "before": [],
+                    "data": [],
+                    "dbValType": _types(after),
+                    "isDdl": True,
+                    "jdbcType": _jdbc(after),
+                    "pks": [],
+                    "sql": _ddl_sql(s, table).replace("`", ""),
                 }
             ]
         before = [texts(op.before) for op in s.ops] if s.kind == "update" else []
@@ -284,9 +382,9 @@ class CloudCanalJson(Encoder):
                 "action": s.kind.upper(),
                 "before": before,
                 "data": [texts(_image(op)) for op in s.ops],
-                "dbValType": MYSQL_TYPES,
+                "dbValType": _types(table),
                 "isDdl": False,
-                "jdbcType": JDBC,
+                "jdbcType": _jdbc(table),
                 "pks": [KEY],
                 "sql": "",
             }
@@ -303,24 +401,36 @@ def _drs_text(column: str, value: Any) -> str | None:
 class DrsJson(Encoder):
     dialect = name = "drs-json"
     detectable = False  # incremental DRS MySQL DML cannot be told from canal-json (docs/dialects/drs-json.md)
+    ddl = DDL_OPS
 
-    def messages(self, i: int, s: Statement) -> list[dict[str, Any]]:
-        base = {"id": 1000 + i, "es": s.time, "ts": s.time + 500, "database": self.database, "table": TABLE}
-        if s.kind == "truncate":
+    def messages(self, i: int, s: Statement, table: Table) -> list[dict[str, Any]]:
+        base = {
+            "id": 1000 + i,
+            "es": s.time,
+            "ts": s.time + 500,
+            "database": self.database,
+            "table": table.name,
+        }
+        if s.kind == "truncate" or s.ddl:
+            sql = f"TRUNCATE TABLE `{table.name}`"
+            if s.ddl:  # DRS names a RENAME by the old table and writes it as ALTER TABLE .. RENAME TO
+                sql = _ddl_sql(s, table)
+                if s.kind == "rename_table":
+                    sql = f"ALTER TABLE `{table.name}` RENAME TO `{s.table}`"
             return [
                 {
                     **base,
                     "mysqlType": None,
                     "type": "DDL",
                     "isDdl": True,
-                    "sql": f"TRUNCATE TABLE `{TABLE}`",
+                    "sql": sql,
                     "sqlType": None,
                     "data": None,
                     "old": None,
                     "pkNames": None,
                 }
             ]
-        bare = {c: t.split("(")[0] for c, t in MYSQL_TYPES.items()}
+        bare = {c: t.split("(")[0] for c, t in _types(table).items()}
         data = None if s.kind == "delete" else [texts(op.after, _drs_text) for op in s.ops]
         old = None if s.kind == "insert" else [texts(op.before, _drs_text) for op in s.ops]  # DRS: full rows
         return [
@@ -330,7 +440,7 @@ class DrsJson(Encoder):
                 "type": s.kind.upper(),
                 "isDdl": False,
                 "sql": "",
-                "sqlType": {**JDBC, "ts": 94},
+                "sqlType": {**_jdbc(table), "ts": 94},
                 "data": data,
                 "old": old,
                 "pkNames": [KEY],
@@ -347,7 +457,7 @@ class RiverCanal(Encoder):
     dialect = name = "river-canal"
     truncate = False  # KafkaRiverCanal publishes row events only (seed 000)
 
-    def messages(self, i: int, s: Statement) -> list[dict[str, Any]]:
+    def messages(self, i: int, s: Statement, table: Table) -> list[dict[str, Any]]:
         file, pos = _binlog(i)
         out = []
         for op in s.ops:
@@ -368,7 +478,7 @@ class RiverCanal(Encoder):
                     "time": s.time,
                     "canalTime": s.time + 300,
                     "db": self.database,
-                    "table": TABLE,
+                    "table": table.name,
                     "event": op.kind[0],
                     "columns": columns,
                     "keys": [KEY],
@@ -384,7 +494,7 @@ class CKafka(Encoder):
     truncate = False  # format one carries DML only
     keyless = True
 
-    def messages(self, i: int, s: Statement) -> list[dict[str, Any]]:
+    def messages(self, i: int, s: Statement, table: Table) -> list[dict[str, Any]]:
         file, pos = _binlog(i)
         time = (dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=s.time)).strftime("%Y%m%d%H%M%S")
         return [
@@ -397,7 +507,7 @@ class CKafka(Encoder):
                 "GROUP_ID": None,
                 "NEW_VALUES": texts(op.after),
                 "OLD_VALUES": texts(op.before),
-                "TABLE": TABLE,
+                "TABLE": table.name,
                 "TIME": time,
                 "TYPE": op.kind[0].upper(),
             }
@@ -442,7 +552,7 @@ class Debezium(Encoder):
             return _dbz_decimal(value) if self.schemas else f"{value:.2f}"  # decimal.handling.mode=string
         return value
 
-    def messages(self, i: int, s: Statement) -> list[dict[str, Any]]:
+    def messages(self, i: int, s: Statement, table: Table) -> list[dict[str, Any]]:
         file, pos = _binlog(i)
         out = []
         for row, op in enumerate(s.ops or [None]):
@@ -453,7 +563,7 @@ class Debezium(Encoder):
                 "ts_ms": s.time,
                 "snapshot": "false",
                 "db": self.database,
-                "table": TABLE,
+                "table": table.name,
                 "server_id": 223344,
                 "gtid": None,
                 "file": file,

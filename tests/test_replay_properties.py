@@ -1,0 +1,205 @@
+"""``replicator replay`` against the reference model, through the real engine (Spark, Delta), per dialect.
+
+Each example mirrors a random workload (tests/workload.py, with the schema changes the format carries) with
+the change log on, under the default ``schema_evolution: lenient`` (a dropped column stays in the mirror,
+NULL in rows written after the drop: :class:`tests.model.Table`), delivered reordered / redelivered / cut
+into micro-batches as in tests/test_properties.py. Then, on that one mirror (its run is the costly part):
+
+- **replay as of any event time equals the model at that time**: for hypothesis-chosen cuts T (before the
+  first statement, on a statement's time, between two), ``replay(as_of=T)`` into a fresh target (what the
+  CLI ``replay`` runs) equals ``model.replay(statements, until=T)``: rows, columns, and the table's name as
+  of T (the other name of a rename has no mirror);
+- **a change log replayed twice is idempotent**: the same cut of the change log applied again to a
+  replay's target, by the replay's own engine (job ``<job>.replay``, state in the target), as a redelivered
+  batch (same batch id), as a second whole pass (a new batch id) and in consecutive chunks each delivered
+  one or more times, leaves every table (``_cdc_*`` columns included) equal to the single replay and to
+  the model. Not yet through a RENAME TABLE (the cut is moved before a workload's rename): a second pass
+  re-creates the old name's mirror from its stale events and moves it over the new name's, setting the
+  right one aside (a deleted row comes back); ``test_change_log_replayed_twice_through_a_rename`` is the
+  strict xfail that shows it.
+
+ckafka is left out: its TIME field has whole seconds, so its event times cannot be cut at statement
+milliseconds. Example counts: few in CI, many under ``HYPOTHESIS_PROFILE=soak``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replicator.replay import changelog_frame, replay, replay_config
+from replicator.sinks import writer_factory
+from replicator.state import State
+from tests.model import KEY, Statement, Table
+from tests.model import replay as model_replay
+from tests.test_properties import assert_mirror_is, cases, ddl_case, read_rows, run
+from tests.workload import ENCODERS, RENAMED, TABLE, Encoder
+
+SPARK_EXAMPLES = settings().max_examples if settings._current_profile == "soak" else 1
+GROUPS = {e.name: [e] for e in ENCODERS if e.name != "ckafka"}
+# CI runs one format with DDL and one DML-only, keyless one (test_properties.py covers every format's
+# decoding); soak runs them all.
+CI_GROUPS = ["canal-json", "debezium"]
+POLICY = "lenient"
+
+
+def cut_times(statements: list[Statement]) -> st.SearchStrategy[int]:
+    """Before the first statement, on a statement's time, or between two (times repeat: same ms)."""
+    times = sorted({s.time for s in statements})
+    return st.sampled_from(times).flatmap(lambda t: st.sampled_from([t - 1, t, t + 1]))
+
+
+def table_files(target: Path, encoder: Encoder) -> dict[str, list[dict[str, Any]]]:
+    """Every mirror of ``encoder``'s database in ``target``, full rows (``_cdc_*`` included), by name."""
+    from deltalake import DeltaTable
+
+    out = {}
+    for name in (TABLE, RENAMED):
+        path = target / encoder.database / name
+        if path.exists():
+            data = DeltaTable(str(path)).to_pyarrow_table()
+            out[name] = sorted(data.to_pylist(), key=lambda r: r[KEY])
+    return out
+
+
+def check_replay(target: Path, encoder: Encoder, model: Table) -> None:
+    assert_mirror_is(target, encoder, read_rows(target, encoder, model.name), model)
+
+
+def replay_again(spark, config, target: Path, cut: int, batches: list[tuple[int, int | None, int]]) -> None:
+    """Apply the change log again to ``target``, the way :func:`replicator.replay.replay` applies it (its
+    engine, job and state), skipping only its empty-target check: ``batches`` are (low, high, batch id),
+    the events with ``low < event_time <= min(high, cut)`` (``high`` None: up to the cut) as one batch."""
+    import datetime as dt
+
+    from pyspark.sql import functions as F
+
+    from replicator.engine import Engine
+
+    live = State(config.state.path, config.name, writer_factory(config.target.writer))
+    events = changelog_frame(spark, live, None)
+    assert events is not None
+    keys = {f"{t[0]}.{t[2]}": list(s.primary_key) for t, s in live.tables().items() if s.primary_key}
+    engine = Engine(replay_config(config, target, keys))
+
+    def at(ms: int) -> Any:
+        return F.lit(dt.datetime.fromtimestamp(ms / 1000, dt.UTC))
+
+    for low, high, batch_id in batches:
+        chunk = events.where(
+            (F.col("event_time") > at(low)) & (F.col("event_time") <= at(min(high or cut, cut)))
+        )
+        decoded = (
+            chunk.drop("batch_id")
+            .withColumn("error", F.lit(None).cast("string"))
+            .withColumn("raw", F.lit(None).cast("binary"))
+            .withColumn("batch_id", F.lit(batch_id).cast("bigint"))
+        ).persist()
+        try:
+            summary = engine._process(decoded, decoded, batch_id)
+        finally:
+            decoded.unpersist()
+        engine.state.record_batch(summary)
+
+
+@st.composite
+def replay_cases(
+    draw: st.DrawFn, encoders: list[Encoder]
+) -> tuple[list[Statement], list[list[int]], list[int]]:
+    statements, plan = draw(cases(encoders))
+    return statements, plan, draw(st.lists(cut_times(statements), min_size=1, max_size=2, unique=True))
+
+
+def before_rename(statements: list[Statement], cut: int) -> int:
+    """``cut``, or just before the workload's rename (a second pass through one is wrong: module
+    docstring, the xfail below)."""
+    renames = [s.time for s in statements if s.kind == "rename_table"]
+    return min([cut, *[t - 1 for t in renames]])
+
+
+def mirrored(spark, root: Path, encoders: list[Encoder], statements, plan):
+    return run(spark, root, encoders, statements, plan, changelog={"enabled": True}, schema_evolution=POLICY)
+
+
+SOAK = settings._current_profile == "soak"
+
+
+@pytest.mark.parametrize("group", [g for g in sorted(GROUPS) if SOAK or g in CI_GROUPS])
+@settings(max_examples=SPARK_EXAMPLES)
+@given(data=st.data())
+def test_replay_equals_the_model_then_and_replaying_again_changes_nothing(
+    spark, tmp_path_factory, group, data
+):
+    """Both properties on one mirror (a mirror run is the costly part)."""
+    encoders = GROUPS[group]
+    statements, plan, cuts = data.draw(replay_cases(encoders))
+    root = tmp_path_factory.mktemp("replay")
+    runner = mirrored(spark, root, encoders, statements, plan)
+    for n, cut in enumerate(cuts):
+        out = root / f"out-{n}"
+        replay(spark, runner.config, out, as_of=str(cut))
+        for encoder in encoders:
+            check_replay(out, encoder, model_replay(statements, until=cut, policy=POLICY))
+    # Idempotence: consecutive chunks of the change log at statement times (source order, so DDL stays a
+    # barrier), each delivered once or twice (a redelivered batch keeps its id), after a redelivery of the
+    # single replay's batch 0 and a second whole pass as a new batch.
+    cut = before_rename(statements, cuts[0])
+    times = sorted({s.time for s in statements})
+    bounds = data.draw(st.lists(st.sampled_from(times), max_size=2, unique=True).map(sorted))
+    lows, highs = [times[0] - 1, *bounds], [*bounds, None]
+    chunks = [(low, high, 10 + i) for i, (low, high) in enumerate(zip(lows, highs, strict=True))]
+    again = [c for c in chunks for _ in range(data.draw(st.integers(1, 2)))]
+    once, target = root / "once", root / "target"
+    replay(spark, runner.config, once, as_of=str(cut))
+    replay(spark, runner.config, target, as_of=str(cut))
+    single = {e.name: table_files(once, e) for e in encoders}
+    replay_again(spark, runner.config, target, cut, [(lows[0], None, 0), (lows[0], None, 1), *again])
+    model = model_replay(statements, until=cut, policy=POLICY)
+    for encoder in encoders:
+        check_replay(target, encoder, model)
+        assert table_files(target, encoder) == single[encoder.name], encoder.name
+
+
+def test_replay_through_every_schema_change(spark, tmp_path):
+    """The fixed DDL workload (tests/test_properties.py) in canal-json: cut before any DDL, after ADD and
+    DROP COLUMN, after the RENAME; then the cut before the rename replayed again (new batch, chunks)."""
+    encoders = GROUPS["canal-json"]
+    statements, plan = ddl_case(encoders)
+    runner = mirrored(spark, tmp_path, encoders, statements, plan)
+    t = min(s.time for s in statements)
+    for cut in (t, t + 1000, t + 2001):
+        out = tmp_path / f"out-{cut}"
+        replay(spark, runner.config, out, as_of=str(cut))
+        for encoder in encoders:
+            check_replay(out, encoder, model_replay(statements, until=cut, policy=POLICY))
+    out, cut = tmp_path / f"out-{t + 1000}", t + 1000
+    single = {e.name: table_files(out, e) for e in encoders}
+    replay_again(
+        spark, runner.config, out, cut, [(t - 1, None, 1), (t - 1, t, 2), (t, None, 3), (t - 1, t, 2)]
+    )
+    for encoder in encoders:
+        check_replay(out, encoder, model_replay(statements, until=cut, policy=POLICY))
+        assert table_files(out, encoder) == single[encoder.name], encoder.name
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a rename applied a second time moves a re-created old-name mirror over the new one "
+    "(replicator/schema_changes.py RenameTable / BarrierHandler.move)",
+)
+def test_change_log_replayed_twice_through_a_rename(spark, tmp_path):
+    encoders = GROUPS["canal-json"]
+    statements, plan = ddl_case(encoders)
+    assert any(s.kind == "rename_table" for s in statements)
+    runner = mirrored(spark, tmp_path, encoders, statements, [sorted({i for b in plan for i in b})])
+    cut = max(s.time for s in statements)
+    out = tmp_path / "out"
+    replay(spark, runner.config, out, as_of=str(cut))
+    single = table_files(out, encoders[0])
+    replay_again(spark, runner.config, out, cut, [(cut - 10**6, None, 1)])  # the whole log, a new batch
+    check_replay(out, encoders[0], model_replay(statements, until=cut, policy=POLICY))
+    assert table_files(out, encoders[0]) == single
