@@ -37,7 +37,8 @@ format: install
 	$(BIN)/ruff check --fix replicator tests benchmarks jobs
 
 soak: install ## long randomized runs: many hypothesis examples through the real engine (not in `make test`)
-	HYPOTHESIS_PROFILE=soak $(BIN)/python -m pytest -q tests/test_properties.py tests/test_bad_input.py
+	HYPOTHESIS_PROFILE=soak $(BIN)/python -m pytest -q tests/test_properties.py tests/test_bad_input.py tests/test_crash.py
+	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 
 bench: install ## throughput benchmark, results go to docs/performance.md by hand
 	$(BIN)/python benchmarks/throughput.py
