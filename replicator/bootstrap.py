@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -31,9 +31,6 @@ from replicator.positions import horizon, parse_time
 from replicator.sinks import writer_factory
 from replicator.state import State, TableState
 from replicator.types import column_type, parse_values
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 log = get_logger("replicator.bootstrap")
 
@@ -261,7 +258,6 @@ def load_table(
 
 # ---- messages ---------------------------------------------------------------------------------------------
 def load_messages(
-    spark: SparkSession,
     config: JobConfig,
     files: list[Path],
     position: str | None,
@@ -269,7 +265,7 @@ def load_messages(
     bar: Any,
 ) -> list[TableState]:
     from replicator.engine import Engine
-    from replicator.sources import BINARY_FILE_SCHEMA, file_records
+    from replicator.sources import file_records
 
     engine = Engine(config.model_copy(update={"name": app_id(config)}))
     before = engine.state.tables()
@@ -278,8 +274,8 @@ def load_messages(
         if engine.state.done("batches", batch_id):  # a re-run: this batch is in already
             bar.update(len(chunk))
             continue
-        frame = spark.read.format("binaryFile").schema(BINARY_FILE_SCHEMA).load([str(f) for f in chunk])
-        engine.process(file_records(frame), batch_id)
+        listed = [(f"file:{f.resolve()}", int(f.stat().st_mtime * 1000)) for f in chunk]
+        engine.process_records(file_records(listed), batch_id)
         bar.update(len(chunk))
     seq = horizon(position) if position else None
     finished = []
@@ -302,7 +298,6 @@ def bootstrap(
     snapshot: str | Path,
     position: str | None = None,
     *,
-    spark: SparkSession | None = None,
     restart: bool = False,
     progress: bool = True,
     files_per_batch: int = 32,
@@ -340,12 +335,8 @@ def bootstrap(
             "--restart replaces mirrors loaded from table files; a message snapshot resumes "
             "where it stopped when run again (delete the mirrors and state to start over)"
         )
-    if spark is None:
-        from replicator.spark import get_spark
-
-        spark = get_spark(config)
     with tqdm(total=len(files), unit="file", desc="bootstrap", disable=not progress) as bar:
-        return load_messages(spark, config, files, position, files_per_batch, bar)
+        return load_messages(config, files, position, files_per_batch, bar)
 
 
 def _is_manifest(path: Path) -> bool:

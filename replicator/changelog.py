@@ -44,24 +44,42 @@ def seq_texts(seq: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pc.binary_join(pa.ListArray.from_arrays(offsets, padded), ".")
 
 
+def keep(table: pa.Table, mask: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """``table.filter(mask)`` without the copy when every row is kept (the usual batch)."""
+    if pc.all(pc.fill_null(mask, False)).as_py():
+        return table
+    return table.filter(mask)
+
+
 def split_by_table(events: pa.Table) -> Iterable[tuple[TableId, pa.Table]]:
-    """Sort once by table, then slice at the run boundaries (no per-row Python)."""
+    """Each table's rows, in their batch order: one stable sort of the table codes, then one ``take`` per
+    table (a batch of one table is passed through without a copy)."""
     if events.num_rows == 0:
         return
-    ordered = events.sort_by([("database", "ascending"), ("schema", "ascending"), ("table", "ascending")])
     ident = pc.binary_join_element_wise(
-        pc.fill_null(ordered["database"], ""),
-        pc.fill_null(ordered["schema"], "\x00"),
-        pc.fill_null(ordered["table"], ""),
+        pc.fill_null(events["database"], ""),
+        pc.fill_null(events["schema"], "\x00"),
+        pc.fill_null(events["table"], ""),
         "\x1f",
-    ).combine_chunks()
-    n = ordered.num_rows
-    changes = pc.indices_nonzero(pc.not_equal(ident.slice(1), ident.slice(0, n - 1))).to_pylist()
+    )
+    codes = pc.dictionary_encode(ident).combine_chunks()
+
+    def name_at(i: int) -> TableId:
+        return (events["database"][i].as_py(), events["schema"][i].as_py(), events["table"][i].as_py())
+
+    if len(codes.dictionary) == 1:
+        yield name_at(0), events
+        return
+    order = pc.sort_indices(codes.indices)  # stable: rows of a table keep their order
+    sorted_codes = codes.indices.take(order)
+    n = len(sorted_codes)
+    changes = pc.indices_nonzero(
+        pc.not_equal(sorted_codes.slice(1), sorted_codes.slice(0, n - 1))
+    ).to_pylist()
     starts = [0, *[i + 1 for i in changes]]
     for start, end in zip(starts, [*starts[1:], n], strict=True):
-        first = ordered.slice(start, 1)
-        table = (first["database"][0].as_py(), first["schema"][0].as_py(), first["table"][0].as_py())
-        yield table, ordered.slice(start, end - start)
+        taken = order.slice(start, end - start)
+        yield name_at(taken[0].as_py()), events.take(taken)
 
 
 def _with_key(rows: pa.Table, key: Sequence[str]) -> pa.Table:
@@ -99,29 +117,111 @@ def _key_list(values: list[pa.Array]) -> pa.Array:
 
 
 def fold_table(rows: pa.Table, key: Sequence[str], barriers: Sequence[tuple[int, ...]]) -> pa.Table:
-    """One table's DML events (one primary key) -> its net changes, in the columns apply.py reads."""
-    rows = rows.filter(pc.is_in(rows["op"], pa.array(DML_OPS)))
+    """One table's DML events (one primary key) -> its net changes, in the columns apply.py reads.
+
+    Only small columns are sorted (segment, key values, seq text); the row images are gathered once, for
+    the winning event of each key."""
+    rows = keep(rows, pc.is_in(rows["op"], pa.array(DML_OPS)))
+    n = rows.num_rows
     segment = _segments(rows, barriers)
-    is_delete = pc.equal(rows["op"], "delete")
+    op = rows["op"].combine_chunks()
+    is_delete = pc.equal(op, "delete")
     after = rows["after"].combine_chunks()
     before = rows["before"].combine_chunks()
     # An update whose key differs between before and after: delete(old key) + upsert(new key).
     old_key = _key_values(before, key)
     new_key = _key_values(after, key)
-    changed = pc.equal(rows["op"], "update")
+    changed = pc.equal(op, "update")
     for old in old_key:
         changed = pc.and_(changed, pc.is_valid(old))
-    differs = pa.array([False] * rows.num_rows, pa.bool_())
+    differs = pa.array([False] * n, pa.bool_())
     for old, new in zip(old_key, new_key, strict=True):
         differs = pc.or_(differs, pc.fill_null(pc.not_equal(old, new), False))
     changed = pc.fill_null(pc.and_(changed, differs), False)
-    image = pc.if_else(is_delete, before, after)
     key_cols = [pc.if_else(is_delete, o, a) for o, a in zip(old_key, new_key, strict=True)]
     patch = pc.map_lookup(rows["meta"].combine_chunks(), PATCH_META, "first")
+    if pc.any(pc.is_valid(patch)).as_py():
+        return _fold_with_patches(rows, key, segment, changed, before, after, key_cols, old_key, patch)
+
+    # The sort keys of every event, plus one "delete of the old key" per key change (extra = True).
+    source = pa.array(range(n), pa.int64())
+    small = {
+        "segment": segment,
+        **{f"_k{i}": c for i, c in enumerate(key_cols)},
+        "seq_text": rows["seq_text"].combine_chunks(),
+        "source": source,
+        "extra": pa.array([False] * n, pa.bool_()),
+    }
+    table = pa.table(small)
+    if pc.any(changed).as_py():
+        extra = pa.table(
+            {
+                "segment": segment.filter(changed),
+                **{f"_k{i}": old.filter(changed) for i, old in enumerate(old_key)},
+                "seq_text": small["seq_text"].filter(changed),
+                "source": source.filter(changed),
+                "extra": pa.array([True] * pc.sum(changed).as_py(), pa.bool_()),
+            }
+        )
+        table = pa.concat_tables([table, extra]).combine_chunks()
+    key_names = [f"_k{i}" for i in range(len(key))]
+    order = pc.sort_indices(
+        table, [("segment", "ascending"), *[(k, "ascending") for k in key_names], ("seq_text", "ascending")]
+    )
+    ordered = table.take(order)
+    m = ordered.num_rows
+    ends: list[int] = []
+    if m:
+        boundary = pa.array([False] * (m - 1), pa.bool_())
+        for name in ["segment", *key_names]:
+            col = pc.fill_null(ordered[name].combine_chunks(), "" if name != "segment" else -1)
+            boundary = pc.or_(boundary, pc.not_equal(col.slice(1), col.slice(0, m - 1)))
+        ends = [*pc.indices_nonzero(boundary).to_pylist(), m - 1]
+    last = ordered.take(pa.array(ends, pa.int64()))
+    at = last["source"].combine_chunks()
+    extra = last["extra"].combine_chunks()
+    use_before = pc.or_(extra, is_delete.take(at))
+    return _folded(
+        segment=last["segment"],
+        keys=_key_list([last[k].combine_chunks() for k in key_names]),
+        op=pc.if_else(extra, pa.scalar("delete"), op.take(at)),
+        image=pc.if_else(use_before, before.take(at), after.take(at)),
+        rows=rows.select(["primary_key", "seq", "seq_text", "event_time", "position", "coordinates"]).take(
+            at
+        ),
+    )
+
+
+def _folded(segment: pa.Array, keys: pa.Array, op: pa.Array, image: pa.Array, rows: pa.Table) -> pa.Table:
+    n = len(keys)
+    return pa.table(
+        {
+            "segment": segment,
+            "key": keys,
+            "op": op,
+            "image": image,
+            "primary_key": rows["primary_key"],
+            "seq": rows["seq"],
+            "seq_text": rows["seq_text"],
+            "event_time": rows["event_time"],
+            "position": rows["position"],
+            "coordinates": rows["coordinates"],
+            "patches": pa.nulls(n, pa.list_(pa.string())),
+            "has_patches": pa.array([False] * n, pa.bool_()),
+            "base_op": pa.nulls(n, pa.string()),
+        }
+    )
+
+
+def _fold_with_patches(  # type: ignore[no-untyped-def]
+    rows, key, segment, changed, before, after, key_cols, old_key, patch
+) -> pa.Table:
+    """Document patches (drs-mongo): every event of a key in order, the newest full image the base."""
+    is_delete = pc.equal(rows["op"], "delete")
     base = {
         "segment": segment,
         "op": rows["op"].combine_chunks(),
-        "image": image,
+        "image": pc.if_else(is_delete, before, after),
         "primary_key": rows["primary_key"].combine_chunks(),
         "seq": rows["seq"].combine_chunks(),
         "seq_text": rows["seq_text"].combine_chunks(),
@@ -149,35 +249,19 @@ def fold_table(rows: pa.Table, key: Sequence[str], barriers: Sequence[tuple[int,
         [("segment", "ascending"), *[(k, "ascending") for k in key_names], ("seq_text", "ascending")]
     )
     n = ordered.num_rows
-    ends: list[int] = []
-    if n:
-        boundary = pa.array([False] * (n - 1), pa.bool_())
-        for name in ["segment", *key_names]:
-            col = pc.fill_null(ordered[name].combine_chunks(), "" if name != "segment" else -1)
-            boundary = pc.or_(boundary, pc.not_equal(col.slice(1), col.slice(0, n - 1)))
-        ends = [*pc.indices_nonzero(boundary).to_pylist(), n - 1]
+    boundary = pa.array([False] * (n - 1), pa.bool_())
+    for name in ["segment", *key_names]:
+        col = pc.fill_null(ordered[name].combine_chunks(), "" if name != "segment" else -1)
+        boundary = pc.or_(boundary, pc.not_equal(col.slice(1), col.slice(0, n - 1)))
+    ends = [*pc.indices_nonzero(boundary).to_pylist(), n - 1]
     last = ordered.take(pa.array(ends, pa.int64()))
-    keys = _key_list([last[k].combine_chunks() for k in key_names])
-    folded = pa.table(
-        {
-            "segment": last["segment"],
-            "key": keys,
-            "op": last["op"],
-            "image": last["image"],
-            "primary_key": last["primary_key"],
-            "seq": last["seq"],
-            "seq_text": last["seq_text"],
-            "event_time": last["event_time"],
-            "position": last["position"],
-            "coordinates": last["coordinates"],
-        }
-    )
-    if pc.all(pc.is_null(ordered["patch"])).as_py():
-        return (
-            folded.append_column("patches", pa.nulls(folded.num_rows, pa.list_(pa.string())))
-            .append_column("has_patches", pa.array([False] * folded.num_rows, pa.bool_()))
-            .append_column("base_op", pa.nulls(folded.num_rows, pa.string()))
-        )
+    folded = _folded(
+        segment=last["segment"],
+        keys=_key_list([last[k].combine_chunks() for k in key_names]),
+        op=last["op"],
+        image=last["image"],
+        rows=last,
+    ).drop_columns(["patches", "has_patches", "base_op"])
     return _with_patches(ordered, folded, ends)
 
 

@@ -24,14 +24,12 @@ def _mirror(args: argparse.Namespace) -> int:
 def _decode(args: argparse.Namespace) -> int:
     from replicator.dialects import DecodeOptions, dialect_names
     from replicator.inspect import decode_path, event_records
-    from replicator.spark import get_spark
 
     if args.dialect != "auto" and args.dialect not in dialect_names():
         raise ConfigError(
             f"--dialect: unknown dialect {args.dialect!r}; expected auto or {', '.join(dialect_names())}"
         )
     options = DecodeOptions(timezone=args.timezone, avro_schema=args.avro_schema)
-    spark = get_spark()
     fields = (
         "dialect",
         "op",
@@ -48,7 +46,7 @@ def _decode(args: argparse.Namespace) -> int:
         "error",
         "coordinates",
     )
-    for record in event_records(decode_path(spark, args.file, args.dialect, options), fields):
+    for record in event_records(decode_path(args.file, args.dialect, options), fields):
         if record.get("op") == "filtered":
             continue
         if args.json:
@@ -84,10 +82,7 @@ def _replay(args: argparse.Namespace) -> int:
         for name in replay_mirror_version(config, args.target_path, args.mirror_version, args.tables):
             print(f"{name}: copied as of {args.mirror_version}")
         return 0
-    from replicator.spark import get_spark
-
     summary = replay(
-        get_spark(config),
         config,
         args.target_path,
         as_of=args.as_of,

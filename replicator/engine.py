@@ -8,7 +8,7 @@ there are any, dead letters. Tables are then applied in parallel threads (delta-
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,14 +17,16 @@ import pyarrow.compute as pc
 
 from replicator.apply import DeadRow, TableApplier, TableBatch, TableResult
 from replicator.barriers import declared_keys, plan_barriers, rename_units
-from replicator.changelog import Barrier, TableId, fold, no_changes, seq_texts, split_by_table
+from replicator.changelog import Barrier, TableId, fold, keep, no_changes, seq_texts, split_by_table
 from replicator.config import JobConfig
-from replicator.dialects.base import DecodeOptions, decode
+from replicator.dialects.base import DecodeOptions
+from replicator.dialects.pool import decode_batch
 from replicator.logging import get_logger
 from replicator.model import BARRIER_OPS, DML_OPS, parse_seq_text, seq_text
 from replicator.phases import advance_all, after_horizon, bulk_load, table_activity
 from replicator.routing import route
 from replicator.sinks import writer_factory
+from replicator.sources import BATCH_RECORDS
 from replicator.state import DEAD_LETTER_SCHEMA, BatchSummary, State, TableState, now
 from replicator.tombstones import expire_tombstones
 
@@ -39,9 +41,9 @@ CHANGELOG_DROP = ("raw", "error")
 class Phases:
     """Wall time per phase of a batch (decode, fold, collect, merge, ...), reported in the batch log."""
 
-    def __init__(self) -> None:
+    def __init__(self, started: float | None = None) -> None:
         self.ms: dict[str, int] = {}
-        self._t = time.monotonic()
+        self._t = time.monotonic() if started is None else started
 
     def lap(self, name: str) -> None:
         t = time.monotonic()
@@ -69,6 +71,7 @@ class Engine:
             avro_schema=config.source.avro_schema,
         )
         self.on_barrier = None
+        self._background = ThreadPoolExecutor(1, thread_name_prefix="changelog")
         try:  # schema changes arrive with replicator.schema_changes (DDL issue); record-only without it
             from replicator.schema_changes import barrier_handler
 
@@ -82,28 +85,34 @@ class Engine:
         return Path(self.config.target.path).joinpath(*parts)
 
     # ---- the micro-batch ----------------------------------------------------------------------------------
-    def process(self, records: DataFrame, batch_id: int) -> BatchSummary:
-        from pyspark.sql import functions as F
-
+    def process(self, frame: DataFrame, batch_id: int) -> BatchSummary:
+        """A streaming micro-batch (the source's rows) -> mirrors. One Spark job brings its raw records to
+        the driver as Arrow; everything after that is Arrow and delta-rs."""
         started = time.monotonic()
-        records = records.withColumn("batch_id", F.lit(batch_id).cast("bigint"))
-        # A large file is one binaryFile row, hence one task: spread its lines over the cores to decode.
-        parallelism = records.sparkSession.sparkContext.defaultParallelism
-        if records.rdd.getNumPartitions() < parallelism:
-            records = records.repartition(parallelism)
-        decoded = route(decode(records, self.config.source.dialect, self.options), self.config.tables.route)
-        summary = self._process(records, decoded, batch_id)
+        records = BATCH_RECORDS[self.config.source.type](frame)
+        return self.process_records(records, batch_id, started)
+
+    def process_records(self, records: pa.Table, batch_id: int, started: float | None = None) -> BatchSummary:
+        """Raw records (sources.raw_schema) -> decode -> route -> keys, barriers, fold -> apply -> state."""
+        started = time.monotonic() if started is None else started
+        phases = Phases(started)
+        phases.lap("read")
+        source = self.config.source
+        decoded = decode_batch(records, source.dialect, self.options, batch_id, source.decode_workers)
+        decoded = route(decoded, self.config.tables.route)
+        phases.lap("decode")
+        summary = self._process(records, decoded, batch_id, phases)
         summary.duration_ms = int((time.monotonic() - started) * 1000)
         self.state.record_batch(summary)
         log.info("batch", **dict(summary.__dict__.items()))
         return summary
 
-    def _process(self, records: DataFrame, decoded: DataFrame, batch_id: int) -> BatchSummary:
-        """Decode in Spark (one job collecting the batch's events as Arrow), then the rest in Arrow."""
+    def _process(
+        self, records: pa.Table | None, events: pa.Table, batch_id: int, phases: Phases | None = None
+    ) -> BatchSummary:
+        """Decoded events (Arrow) -> summary, change log, fold, per-table apply, state."""
         summary = BatchSummary(batch_id)
-        phases = self.phases = Phases()
-        events = decoded.toArrow()
-        phases.lap("decode+collect")
+        phases = self.phases = phases or Phases()
         ok = pc.is_null(events["error"])
         groups = _groups(events, ok)
         summary.records_in = sum(int(g["records"] or 0) for g in groups)
@@ -129,9 +138,10 @@ class Engine:
                     tables[table] = key
                 else:
                     tables.setdefault(table, key)
-        events = events.filter(pc.and_(ok, pc.is_in(events["op"], pa.array([*DML_OPS, *BARRIER_OPS]))))
+        events = keep(events, pc.and_(ok, pc.is_in(events["op"], pa.array([*DML_OPS, *BARRIER_OPS]))))
         events = events.drop_columns(["raw", "error"])
-        events = events.append_column("seq_text", seq_texts(events["seq"]))
+        if "seq_text" not in events.column_names:  # decode_batch adds it in the worker processes
+            events = events.append_column("seq_text", seq_texts(events["seq"]))
         # Barrier events first: a CREATE declares the key of a table before any of its DML.
         all_barriers = _barrier_rows(events)
         self.activity = table_activity(groups, all_barriers)  # phases: snapshot rows / incremental per table
@@ -158,19 +168,23 @@ class Engine:
         summary.events = sum(g["n"] for g in groups if g["ok"] and g["op"] != "filtered")
         phases.lap("barriers")
 
+        changelog = None
         if self.config.changelog.enabled:
+            # Written by delta-rs (which releases the GIL) while the batch is folded and applied; both
+            # commits carry the batch's app transaction, so either may land first across a crash.
             batch_ids = pa.array([batch_id] * events.num_rows, pa.int64())
-            self.state.append_changelog(
-                events.drop_columns(["seq_text"]).append_column("batch_id", batch_ids), batch_id
+            changelog = self._background.submit(
+                self.state.append_changelog,
+                events.drop_columns(["seq_text"]).append_column("batch_id", batch_ids),
+                batch_id,
             )
-            phases.lap("changelog")
 
         scope = {*selected, *barrier_only}
         barrier_rows = [r for r in all_barriers if (r["database"], r["schema"], r["table"]) in scope]
         barrier_rows = after_horizon(barrier_rows, registry)  # not at/before a truncate or snapshot point
         by_table, links = plan_barriers(barrier_rows, self.on_barrier is not None)
         barriers = [Barrier(table, tuple(r["seq"])) for table, rows in by_table.items() for r in rows]
-        dml = events.filter(pc.is_in(events["op"], pa.array(DML_OPS)))
+        dml = keep(events, pc.is_in(events["op"], pa.array(DML_OPS)))
         types = _source_types(dml)
         folded = dict(fold(dml, selected, barriers))
         phases.lap("fold")
@@ -179,8 +193,14 @@ class Engine:
         if unkeyed:
             dead_rows += _unkeyed(dml, unkeyed)
         keys = {**{t: [] for t in barrier_only}, **selected}
-        results = self._apply_tables(folded, by_table, links, types, keys, registry, batch_id)
+        try:
+            results = self._apply_tables(folded, by_table, links, types, keys, registry, batch_id)
+        finally:
+            if changelog is not None:
+                wait([changelog])
         phases.lap("apply")
+        if changelog is not None:
+            changelog.result()  # a failed change-log write fails the batch (it is retried whole)
         for result in results:
             dead_rows.extend(result.dead)
             if not result.skipped:
@@ -265,19 +285,20 @@ class Engine:
             bulk=bulk_load(registry.get(table), self.activity.get(table)),
         )
 
-    def _engine_dead_letters(self, records: DataFrame, dead: list[DeadRow], batch_id: int) -> pa.Table:
-        """Fetch the raw records of events that failed after decoding (rare: one join, only then)."""
-        spark = records.sparkSession
-        wanted = spark.createDataFrame(
-            [(d.coordinates["source"], d.coordinates["partition"], d.coordinates["offset"]) for d in dead],
-            "source STRING, partition BIGINT, offset BIGINT",
-        ).distinct()
-        found = (
-            records.select("raw", "coordinates.source", "coordinates.partition", "coordinates.offset")
-            .join(wanted, ["source", "partition", "offset"])
-            .collect()
-        )
-        raw = {(r["source"], r["partition"], r["offset"]): r["raw"] for r in found}
+    def _engine_dead_letters(self, records: pa.Table | None, dead: list[DeadRow], batch_id: int) -> pa.Table:
+        """Dead letters of events that failed after decoding, with their raw records (a lookup by
+        coordinates in the batch's records, which are still in memory)."""
+        wanted = {
+            (d.coordinates["source"], d.coordinates["partition"], d.coordinates["offset"]) for d in dead
+        }
+        raw: dict[tuple[Any, ...], bytes] = {}
+        if records is not None and records.num_rows:
+            for r, s, p, o in zip(
+                *(records.column(n).to_pylist() for n in ("raw", "source", "partition", "offset")),
+                strict=True,
+            ):
+                if (s, p, o) in wanted:
+                    raw[(s, p, o)] = r
         rows = pa.Table.from_pylist(
             [
                 {

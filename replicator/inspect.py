@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from replicator.dialects.base import DecodeOptions, decode
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    import pyarrow as pa
 
 SEQ_TAIL = 5  # batch id, partition, offset, message index, row index (dialects.base.seq_tail)
 FIELDS = (
@@ -39,37 +39,31 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def event_records(decoded: DataFrame, fields: tuple[str, ...] = FIELDS) -> list[dict[str, Any]]:
+def event_records(decoded: pa.Table, fields: tuple[str, ...] = FIELDS) -> list[dict[str, Any]]:
     """Decoded rows -> dicts in input order; ``seq`` keeps only the dialect's own ordering key."""
-    from pyspark.sql import functions as F
-
-    ordered = decoded.orderBy(
-        F.col("coordinates.source"),
-        F.col("coordinates.offset"),
-        F.col("coordinates.index"),
-        F.col("coordinates.row"),
+    coordinates = decoded["coordinates"].to_pylist()
+    order = sorted(
+        range(decoded.num_rows),
+        key=lambda i: tuple(
+            (v is None, v if v is not None else 0)
+            for v in (coordinates[i][k] for k in ("source", "offset", "index", "row"))
+        ),
     )
+    columns = {name: decoded[name].to_pylist() for name in fields}
     rows = []
-    for row in ordered.select(*fields).collect():
-        record = {name: _plain(row[name]) for name in fields}
-        if "coordinates" in record and record["coordinates"] is not None:
-            record["coordinates"] = record["coordinates"].asDict()
+    for i in order:
+        record = {name: _plain(columns[name][i]) for name in fields}
         if "seq" in record and record["seq"] is not None:
             record["seq"] = list(record["seq"][:-SEQ_TAIL])
         for key in ("before", "after", "source_types"):
             if key in record and record[key] is not None:
-                record[key] = dict(sorted(record[key].items()))
+                record[key] = dict(sorted(dict(record[key]).items()))
         rows.append({k: v for k, v in record.items() if v is not None})
     return rows
 
 
-def decode_path(
-    spark: SparkSession, path: str | Path, dialect: str = "auto", options: DecodeOptions | None = None
-) -> DataFrame:
-    """Decode a file or folder of messages (*.json, *.jsonl, Avro *.b64) as one batch."""
-    from pyspark.sql import functions as F
+def decode_path(path: str | Path, dialect: str = "auto", options: DecodeOptions | None = None) -> pa.Table:
+    """Decode a file or folder of messages (*.json, *.jsonl, *.avro, Avro *.b64) as one batch."""
+    from replicator.sources import read_path
 
-    from replicator.sources import read_files_batch
-
-    records = read_files_batch(spark, str(path)).withColumn("batch_id", F.lit(0).cast("bigint"))
-    return decode(records, dialect, options)
+    return decode(read_path(str(path)), dialect, options)

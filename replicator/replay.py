@@ -13,19 +13,18 @@ from __future__ import annotations
 import datetime as dt
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pyarrow as pa
 
 from replicator.bootstrap import DONE_MARK
 from replicator.config import ConfigError, JobConfig
+from replicator.dialects.events import decoded_schema
 from replicator.logging import get_logger
-from replicator.model import seq_text_sql
 from replicator.phases import SNAPSHOT_DONE
 from replicator.positions import horizon, parse_time
 from replicator.sinks import writer_factory
 from replicator.state import BatchSummary, State, TableState
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
 
 log = get_logger("replicator.replay")
 
@@ -44,30 +43,39 @@ def _wanted(pattern: str | None, database: str, table: str) -> bool:
     return pattern is None or fnmatchcase(f"{database}.{table}", pattern)
 
 
-def changelog_frame(spark: SparkSession, state: State, pattern: str | None) -> DataFrame | None:
-    """The change log as a Spark DataFrame, reading only the partitions (database, table) wanted."""
-    import pyarrow as pa
+def changelog_events(state: State, pattern: str | None) -> pa.Table | None:
+    """The change log's events (Arrow) of the tables wanted, reading only their partitions."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
     from deltalake import DeltaTable
-    from pyspark.sql import functions as F
 
     root = state.root / "changelog"
     if not DeltaTable.is_deltatable(str(root)):
         return None
-    actions = pa.table(DeltaTable(str(root)).get_add_actions(flatten=True)).to_pylist()
-    groups: dict[tuple[str, str], list[str]] = {}
-    for a in actions:
-        database, table = a.get("partition.database"), a.get("partition.table")
-        if _wanted(pattern, database, table):
-            groups.setdefault((database, table), []).append(str(root / a["path"]))
-    frame = None
-    for (database, table), files in sorted(groups.items()):
-        part = (
-            spark.read.parquet(*files)
-            .withColumn("database", F.lit(database))
-            .withColumn("table", F.lit(table))
-        )
-        frame = part if frame is None else frame.unionByName(part, allowMissingColumns=True)
-    return frame
+    log_table = DeltaTable(str(root))
+    actions = pa.table(log_table.get_add_actions(flatten=True)).to_pylist()
+    pairs = sorted(
+        {
+            (a.get("partition.database"), a.get("partition.table"))
+            for a in actions
+            if _wanted(pattern, a.get("partition.database"), a.get("partition.table"))
+        }
+    )
+    if not pairs:
+        return decoded_schema().empty_table()
+    wanted = None
+    for database, table in pairs:
+        one = (ds.field("database") == database) & (ds.field("table") == table)
+        wanted = one if wanted is None else wanted | one
+    events = log_table.to_pyarrow_dataset().to_table(filter=wanted)
+    n = events.num_rows
+    columns = []
+    for f in decoded_schema():
+        if f.name in events.column_names:
+            columns.append(pc.cast(events[f.name], f.type))
+        else:
+            columns.append(pa.nulls(n, f.type))
+    return pa.table(columns, schema=decoded_schema())
 
 
 def replay_config(config: JobConfig, out: Path, keys: dict[str, list[str]]) -> JobConfig:
@@ -117,7 +125,6 @@ def _bootstrap_base(
 
 
 def replay(
-    spark: SparkSession,
     config: JobConfig,
     out: str | Path,
     *,
@@ -127,8 +134,9 @@ def replay(
 ) -> BatchSummary:
     """Rebuild the mirrors (``tables``: a glob on ``database.table``) as of ``as_of`` (ISO-8601 or epoch
     ms, inclusive) or ``position`` (inclusive) into ``out/<database>/<table>``."""
-    from pyspark.sql import functions as F
+    import pyarrow.compute as pc
 
+    from replicator.changelog import seq_texts
     from replicator.engine import Engine
 
     if (as_of is None) == (position is None):
@@ -138,13 +146,15 @@ def replay(
     live = State(config.state.path, config.name, writer_factory(config.target.writer))
     cut_time = parse_time(as_of) if as_of is not None else None
     cut_seq = horizon(position) if position is not None else None
-    events = changelog_frame(spark, live, tables)
+    events = changelog_events(live, tables)
     if events is None:
         raise ReplayError(f"no change log under {live.root / 'changelog'} (is changelog.enabled off?)")
     if cut_time is not None:
-        events = events.where(F.col("event_time").isNull() | (F.col("event_time") <= F.lit(cut_time)))
+        cut = pa.scalar(cut_time, pa.timestamp("us", tz="UTC"))
+        keep = pc.or_kleene(pc.is_null(events["event_time"]), pc.less_equal(events["event_time"], cut))
     else:
-        events = events.where(F.expr(seq_text_sql()) <= F.lit(cut_seq))
+        keep = pc.less_equal(seq_texts(events["seq"]), pa.scalar(cut_seq, pa.string()))
+    events = events.filter(pc.fill_null(keep, False))
     registry = {t: s for t, s in live.tables().items() if _wanted(tables, t[0], t[2])}
     keys = {f"{t[0]}.{t[2]}": list(s.primary_key) for t, s in registry.items() if s.primary_key}
     engine = Engine(replay_config(config, out, keys))
@@ -168,17 +178,7 @@ def replay(
             )
     if seeded:
         engine.state.save_tables(seeded, 0)
-    decoded = (
-        events.drop("batch_id")
-        .withColumn("error", F.lit(None).cast("string"))
-        .withColumn("raw", F.lit(None).cast("binary"))
-        .withColumn("batch_id", F.lit(0).cast("bigint"))
-    )
-    decoded = decoded.persist()
-    try:
-        summary = engine._process(decoded, decoded, 0)  # the engine's batch, on already decoded events
-    finally:
-        decoded.unpersist()
+    summary = engine._process(None, events, 0)  # the engine's batch, on already decoded events
     engine.state.record_batch(summary)
     log.info("replayed", target=str(out), as_of=as_of, position=position, tables=sorted(summary.tables))
     return summary

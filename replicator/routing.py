@@ -1,4 +1,4 @@
-"""Table routing: many source tables (shards) -> one mirror, as an event rewrite in Spark.
+"""Table routing: many source tables (shards) -> one mirror, as a rewrite of the decoded events (Arrow).
 
 A ``tables.route`` rule matches ``database.table`` (``database.schema.table`` where the source has
 schemas) with a regex; matching events are renamed to the rule's mirror before keys, barriers and fold, so
@@ -9,13 +9,14 @@ adds both to the primary key when shards reuse the same keys.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from replicator.config import RouteRule
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
 
 SOURCE_DATABASE = "_cdc_source_database"
 SOURCE_TABLE = "_cdc_source_table"
@@ -23,58 +24,70 @@ SOURCE_COLUMNS = (SOURCE_DATABASE, SOURCE_TABLE)
 SOURCE_TYPE = "varchar(255)"
 META_DATABASE = "source_database"
 META_TABLE = "source_table"
+REWRITTEN = ("database", "schema", "table", "primary_key", "after", "before", "source_types", "meta")
 
 
-def source_name() -> Column:
-    from pyspark.sql import functions as F
+def _rule_of(name: str | None, patterns: list[re.Pattern[str]]) -> int | None:
+    if name is None:
+        return None
+    return next((i for i, p in enumerate(patterns) if p.fullmatch(name)), None)
 
-    return F.concat_ws(".", "database", "schema", "table")
 
-
-def route(events: DataFrame, rules: Sequence[RouteRule]) -> DataFrame:
-    """Rewrite events of routed source tables to their mirror; other events pass unchanged."""
-    from pyspark.sql import functions as F
-
-    if not rules:
+def route(events: pa.Table, rules: Sequence[RouteRule]) -> pa.Table:
+    """Rewrite events of routed source tables to their mirror; other events pass unchanged (in order)."""
+    if not rules or events.num_rows == 0:
         return events
-    rule_index: Column = F.lit(None).cast("int")
-    for i, rule in reversed(list(enumerate(rules))):  # the first matching rule wins
-        rule_index = F.when(source_name().rlike(f"^(?:{rule.match})$"), F.lit(i)).otherwise(rule_index)
-    usable = F.col("table").isNotNull()
-    if "error" in events.columns:
-        usable = usable & F.col("error").isNull()  # dead letters keep the identity they arrived with
-    routed = events.withColumn("_route", F.when(usable, rule_index))
-
-    def pick(values: list[Column | None], fallback: str) -> Column:
-        result: Column = F.col(fallback)
-        for i, value in enumerate(values):
-            if value is not None:
-                result = F.when(F.col("_route") == i, value).otherwise(result)
-        return result
-
-    source = F.create_map(F.lit(SOURCE_DATABASE), F.col("database"), F.lit(SOURCE_TABLE), F.col("table"))
-    source_types = F.create_map(
-        F.lit(SOURCE_DATABASE), F.lit(SOURCE_TYPE), F.lit(SOURCE_TABLE), F.lit(SOURCE_TYPE)
+    patterns = [re.compile(rule.match) for rule in rules]
+    name = pc.binary_join_element_wise(
+        events["database"], events["schema"], events["table"], ".", null_handling="skip"
     )
-    meta = F.create_map(F.lit(META_DATABASE), F.col("database"), F.lit(META_TABLE), F.col("table"))
-    empty = F.create_map().cast("map<string,string>")
-    is_routed = F.col("_route").isNotNull()
-    with_source = {
-        "after": F.when(F.col("after").isNotNull(), F.map_concat("after", source)),
-        "before": F.when(F.col("before").isNotNull(), F.map_concat("before", source)),
-        "source_types": F.map_concat(F.coalesce("source_types", empty), source_types),
-        "meta": F.map_concat(F.coalesce("meta", empty), meta),
-    }
-    key_columns = F.array(*[F.lit(c) for c in SOURCE_COLUMNS])
-    extended_key = F.when(F.size("primary_key") > 0, F.array_union("primary_key", key_columns)).otherwise(
-        F.col("primary_key")
-    )
-    targets = [rule.target() for rule in rules]
-    replaced: dict[str, Column] = {
-        **{name: F.when(is_routed, value).otherwise(F.col(name)) for name, value in with_source.items()},
-        "database": pick([F.lit(t[0]) for t in targets], "database"),
-        "schema": pick([F.lit(t[1]).cast("string") for t in targets], "schema"),
-        "table": pick([F.lit(t[2]) for t in targets], "table"),
-        "primary_key": pick([extended_key if r.source_in_key else None for r in rules], "primary_key"),
-    }
-    return routed.select(*[replaced[n].alias(n) if n in replaced else F.col(n) for n in events.columns])
+    # Dead letters keep the identity they arrived with; a table-less event (CREATE DATABASE) is not routed.
+    usable = pc.and_(pc.is_valid(events["table"]), pc.is_null(events["error"]))
+    encoded = pc.dictionary_encode(name).combine_chunks()
+    per_name = pa.array([_rule_of(n, patterns) for n in encoded.dictionary.to_pylist()], pa.int32())
+    rule_index = pc.if_else(usable, per_name.take(encoded.indices), pa.scalar(None, pa.int32()))
+    routed_mask = pc.is_valid(rule_index)
+    if isinstance(routed_mask, pa.ChunkedArray):
+        routed_mask = routed_mask.combine_chunks()
+    if not pc.any(routed_mask).as_py():
+        return events
+    positions = pa.array(range(events.num_rows), pa.int64())
+    routed = events.filter(routed_mask)
+    kept = events.filter(pc.invert(routed_mask))
+    routed_at = positions.filter(routed_mask)
+    kept_at = positions.filter(pc.invert(routed_mask))
+    rewritten = _rewrite(routed, pc.filter(rule_index, routed_mask).to_pylist(), rules)
+    merged = pa.concat_tables([kept, rewritten])
+    order = pc.sort_indices(pa.concat_arrays([kept_at, routed_at]))
+    return merged.take(order)
+
+
+def _rewrite(rows: pa.Table, rule_index: list[int], rules: Sequence[RouteRule]) -> pa.Table:
+    """The routed rows, rewritten one by one (only they pay for it)."""
+    columns: dict[str, list[Any]] = {c: rows[c].to_pylist() for c in REWRITTEN}
+    for i, r in enumerate(rule_index):
+        rule = rules[r]
+        database, table = columns["database"][i], columns["table"][i]
+        source = {SOURCE_DATABASE: database, SOURCE_TABLE: table}
+        for image in ("after", "before"):
+            if columns[image][i] is not None:
+                columns[image][i] = _concat(columns[image][i], source)
+        columns["source_types"][i] = _concat(
+            columns["source_types"][i] or [], {SOURCE_DATABASE: SOURCE_TYPE, SOURCE_TABLE: SOURCE_TYPE}
+        )
+        columns["meta"][i] = _concat(columns["meta"][i] or [], {META_DATABASE: database, META_TABLE: table})
+        key = columns["primary_key"][i]
+        if rule.source_in_key and key:
+            columns["primary_key"][i] = [*key, *(c for c in SOURCE_COLUMNS if c not in key)]
+        columns["database"][i], columns["schema"][i], columns["table"][i] = rule.target()
+    for name, values in columns.items():
+        index = rows.schema.get_field_index(name)
+        rows = rows.set_column(index, name, pa.array(values, rows.schema.field(index).type))
+    return rows
+
+
+def _concat(pairs: list[tuple[str, Any]], extra: dict[str, Any]) -> list[tuple[str, Any]]:
+    """map_concat with the last value of a key winning (Arrow maps are lists of pairs)."""
+    merged = dict(pairs)
+    merged.update(extra)
+    return list(merged.items())

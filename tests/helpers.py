@@ -106,10 +106,18 @@ class Runner:
         self.batch_id = 0
 
     def batch(self, folder: Path, batch_id: int | None = None):
-        from replicator.sources import read_files_batch
+        """The folder's files as one micro-batch, read by Spark's binaryFile source as the stream does."""
+        from replicator.sources import BINARY_FILE_SCHEMA, FILE_GLOB
 
         bid = self.batch_id if batch_id is None else batch_id
-        summary = self.engine.process(read_files_batch(self.spark, str(folder)), bid)
+        frame = (
+            self.spark.read.format("binaryFile")
+            .schema(BINARY_FILE_SCHEMA)
+            .option("pathGlobFilter", FILE_GLOB)
+            .option("recursiveFileLookup", "true")
+            .load(str(folder))
+        )
+        summary = self.engine.process(frame, bid)
         self.batch_id = max(self.batch_id, bid + 1)
         return summary
 

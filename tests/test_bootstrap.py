@@ -178,9 +178,9 @@ def test_drs_snapshot_messages_then_mirror(spark, tmp_path):
     second = [dml("INIT", [item(i, f"s{i}", i)], id_=10 + i) for i in (4, 5)]
     write_jsonl(snap / "0.jsonl", first)
     write_jsonl(snap / "1.jsonl", second)
-    states = bootstrap(config, snap, spark=spark, progress=False, files_per_batch=1)
+    states = bootstrap(config, snap, progress=False, files_per_batch=1)
     assert [(s.table, s.phase, s.snapshot_rows) for s in states] == [("items", "snapshot_done", 5)]
-    bootstrap(config, snap, spark=spark, progress=False, files_per_batch=1)  # re-run: both batches skipped
+    bootstrap(config, snap, progress=False, files_per_batch=1)  # re-run: both batches skipped
 
     runner = Runner(spark, config)
     later = [

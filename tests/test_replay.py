@@ -90,13 +90,13 @@ def live(spark, tmp_path_factory):
 )
 def test_replay_at_cut_points_equals_the_reference(spark, live, tmp_path, as_of, position, cut_es):
     runner, _ = live
-    replay(spark, runner.config, tmp_path / "out", as_of=as_of, position=position)
+    replay(runner.config, tmp_path / "out", as_of=as_of, position=position)
     assert table_rows(tmp_path / "out" / "shop" / "orders") == reference(cut_es)
 
 
 def test_replay_to_now_equals_the_live_mirror(spark, live, tmp_path):
     runner, tmp = live
-    summary = replay(spark, runner.config, tmp_path / "out", as_of=str(ES + 10**9), tables="shop.*")
+    summary = replay(runner.config, tmp_path / "out", as_of=str(ES + 10**9), tables="shop.*")
     assert summary.tables["shop.orders"]["ddl"] == 1
     replayed = DeltaTable(str(tmp_path / "out" / "shop" / "orders")).to_pyarrow_table()
     mirror = DeltaTable(str(tmp / "lake" / "shop" / "orders")).to_pyarrow_table()
@@ -131,12 +131,12 @@ def test_replay_of_a_table_bootstrapped_from_files(spark, tmp_path):
             canal("UPDATE", [order(2, "new")], old=[{"name": "x"}], es=ES + 60),
         ],
     )
-    replay(spark, config, tmp_path / "out", position=f"{ES + 100}")
+    replay(config, tmp_path / "out", position=f"{ES + 100}")
     assert table_rows(tmp_path / "out" / "shop" / "orders", cdc=True) == table_rows(
         tmp_path / "lake" / "shop" / "orders", cdc=True
     )
     with pytest.raises(ReplayError, match="before its snapshot position"):
-        replay(spark, config, tmp_path / "early", position=f"{ES + 10}")
+        replay(config, tmp_path / "early", position=f"{ES + 10}")
 
 
 def test_changelog_is_idempotent_per_batch_and_schema_stable(live, tmp_path):
@@ -162,4 +162,4 @@ def test_changelog_disabled(spark, tmp_path):
     assert len(runner.mirror()) == 3
     assert not (tmp_path / "state" / "changelog").exists()
     with pytest.raises(ReplayError, match="no change log"):
-        replay(spark, runner.config, tmp_path / "out", as_of="0")
+        replay(runner.config, tmp_path / "out", as_of="0")

@@ -1,12 +1,18 @@
-"""Wire formats. Importing this package registers every dialect module in it (none imports Spark)."""
+"""Wire formats. Importing this package registers every dialect module in it (none imports Spark).
+
+Besides one module per format: ``base`` (Dialect, registry, detection, the decode pipeline), ``events``
+(the Arrow builder of decoded events), ``jsontext`` (exact JSON values) and ``pool`` (worker processes).
+"""
 
 import importlib
 import pkgutil
 
 from replicator.dialects.base import DecodeOptions, Dialect, decode, dialect_names, get_dialect
 
+SUPPORT = frozenset({"base", "events", "jsontext", "pool"})
+
 for _module in pkgutil.iter_modules(__path__):
-    if _module.name != "base":
+    if _module.name not in SUPPORT:
         importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["DecodeOptions", "Dialect", "decode", "dialect_names", "get_dialect"]

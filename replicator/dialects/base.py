@@ -1,25 +1,36 @@
-"""Dialect base class, the registry and per-message detection.
+"""Dialect base class, the registry, detection, and the decode pipeline.
 
-A dialect turns messages of one wire format into change events (model.EVENT_FIELDS) with Spark SQL
-expressions. The shared pipeline here handles what every format has in common: UTF-8 and JSON checks,
-JSON array documents holding several messages, detection for ``dialect: auto``, and the error column.
-Spark is imported inside functions so that importing a dialect stays cheap.
+A dialect turns one message of its wire format into change events appended to an
+:class:`~replicator.dialects.events.Events` builder; a micro-batch's raw records become one Arrow table in
+the contract's columns (model.EVENT_FIELDS plus ``error``/``raw``). The pipeline here does what every
+format shares: UTF-8 and JSON checks, JSON array documents holding several messages, detection for
+``dialect: auto``, and turning anything a dialect cannot read into an error row that keeps the raw record.
+
+Decoding is plain Python over parsed messages (orjson), run on the driver and spread over worker processes
+for large batches (replicator.dialects.pool). docs/performance.md has the measurements behind this choice:
+per message it costs a quarter of Spark SQL's ``from_json`` + map expressions, and it has no query plan to
+compile for every micro-batch.
 """
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from replicator.model import EVENT_FIELDS
-
-COORDINATE_NAMES = ("source", "partition", "offset", "index", "row")
+from replicator.dialects.events import At, Events
+from replicator.dialects.jsontext import Inexact, loads, loads_exact
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    import pyarrow as pa
 
 _REGISTRY: dict[str, type[Dialect]] = {}
+
+NOT_UTF8 = "not valid UTF-8"
+NOT_JSON = "not JSON: the record does not parse as a JSON document"
+NOT_OBJECT = "not a JSON object: a message must be an object"
 
 
 @dataclass(frozen=True)
@@ -32,7 +43,8 @@ class DecodeOptions:
 
 
 class Dialect:
-    """One wire format. Subclasses set the class constants and implement :meth:`decode_messages`.
+    """One wire format. Subclasses set the class constants and implement :meth:`decode` (JSON formats) or
+    :meth:`decode_raw` (binary formats).
 
     Detection (``dialect: auto``) looks only at a message's top-level keys: a dialect matches when all
     ``required_keys`` and none of ``forbidden_keys`` are present, and ``any_keys`` (if set) has one
@@ -57,35 +69,34 @@ class Dialect:
         self.options = options or DecodeOptions()
 
     # -- detection -------------------------------------------------------------------------------------
-    def matches(self, keys: Column) -> Column:
-        """A boolean Spark column: does a message with these top-level keys look like this dialect?"""
-        from pyspark.sql import functions as F
+    def matches(self, keys: Iterable[str]) -> bool:
+        """Does a message with these top-level keys look like this dialect?"""
+        keys = keys if isinstance(keys, set | frozenset) else set(keys)
+        return (
+            self.required_keys <= keys
+            and not (self.forbidden_keys & keys)
+            and (not self.any_keys or bool(self.any_keys & keys))
+        )
 
-        cond = F.lit(True)
-        for key in sorted(self.required_keys):
-            cond = cond & F.array_contains(keys, key)
-        for key in sorted(self.forbidden_keys):
-            cond = cond & ~F.array_contains(keys, key)
-        if self.any_keys:
-            cond = cond & F.exists(keys, lambda k: k.isin(*sorted(self.any_keys)))
-        return cond
-
-    def disambiguate(self, message: Column, keys: Column) -> Column:
-        """A boolean column: True when this message is surely this dialect although an ``ambiguous_with``
-        dialect also matched it. The default trusts nothing."""
-        from pyspark.sql import functions as F
-
-        return F.lit(False)
+    def disambiguate(self, message: dict[str, Any]) -> bool:
+        """True when this message is surely this dialect although an ``ambiguous_with`` dialect also
+        matched it. The default trusts nothing."""
+        return False
 
     # -- decoding --------------------------------------------------------------------------------------
-    def decode_messages(self, messages: DataFrame) -> DataFrame:
-        """Messages (``message`` JSON text, ``raw``, ``batch_id``, ``coordinates``) -> decoded events
-        (model.DECODED_DDL). One message may give 0..n rows; a failed row sets ``error``."""
+    def decode(self, message: dict[str, Any], at: At, out: Events) -> None:
+        """Append the events of one message (a JSON object) to ``out``; a row that cannot be decoded is
+        ``out.fail(...)`` naming why. Values that are JSON numbers go through ``jsontext.text`` (which
+        raises Inexact for a float: the pipeline then parses the message again, keeping numbers as
+        written)."""
         raise NotImplementedError
 
-    def decode_records(self, records: DataFrame) -> DataFrame:
-        """Binary dialects decode raw records (``raw``, ``batch_id``, ``coordinates``) directly."""
+    def decode_raw(self, raw: bytes | None, at: At, out: Events) -> None:
+        """Binary dialects decode a whole raw record."""
         raise NotImplementedError
+
+    def check(self) -> None:
+        """Raise ValueError when the job file lacks something this dialect needs (before any batch)."""
 
 
 def dialect_names() -> list[str]:
@@ -104,254 +115,141 @@ def get_dialect(name: str, options: DecodeOptions | None = None) -> Dialect:
         ) from None
 
 
-# ---- helpers shared by the dialect modules ---------------------------------------------------------------
+# ---- the pipeline ----------------------------------------------------------------------------------------
 
 
-def finish(frame: DataFrame) -> DataFrame:
-    """Select the decoded columns in contract order and types; missing ones become NULL."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import _parse_datatype_string
+class Decoder:
+    """Raw records -> decoded events for one configured dialect (or ``auto``)."""
 
-    wanted = [*EVENT_FIELDS, ("error", "STRING"), ("raw", "BINARY")]
-    present = set(frame.columns)
-    cols = []
-    for name, ddl in wanted:
-        dtype = _parse_datatype_string(ddl)
-        cols.append((F.col(name) if name in present else F.lit(None)).cast(dtype).alias(name))
-    return frame.select(*cols)
-
-
-def first_error(*checks: tuple[Column, str | Column]) -> Column:
-    """The message of the first failing check (condition True means failure), else NULL."""
-    from pyspark.sql import functions as F
-
-    out: Column = F.lit(None).cast("string")
-    for condition, message in reversed(checks):
-        msg = F.lit(message) if isinstance(message, str) else message
-        out = F.when(condition, msg).otherwise(out)
-    return out
-
-
-def epoch_to_timestamp(value: Column) -> Column:
-    """Epoch seconds or milliseconds (vendors use both; see seed 001's DDL examples) -> TIMESTAMP."""
-    from pyspark.sql import functions as F
-
-    millis = F.when(F.abs(value) < F.lit(100_000_000_000), value * 1000).otherwise(value)
-    return F.timestamp_millis(millis.cast("bigint"))
-
-
-def seq_tail(row_index: Column | None = None) -> list[Column]:
-    """The coordinates part of every ``seq``: batch id, partition, offset, message index, row index."""
-    from pyspark.sql import functions as F
-
-    row = row_index if row_index is not None else F.col("coordinates.row")
-    return [
-        F.col("batch_id").cast("bigint"),
-        F.col("coordinates.partition").cast("bigint"),
-        F.col("coordinates.offset").cast("bigint"),
-        F.col("coordinates.index").cast("bigint"),
-        row.cast("bigint"),
-    ]
-
-
-def with_row(coordinates: Column, row_index: Column) -> Column:
-    from pyspark.sql import functions as F
-
-    return (
-        coordinates.withField("row", row_index.cast("int")) if row_index is not None else F.col("coordinates")
-    )
-
-
-def failed(messages: DataFrame, error: Column, dialect: str | None = None) -> DataFrame:
-    """Turn rows into decoded error rows (raw kept for the dead letter)."""
-    from pyspark.sql import functions as F
-
-    return finish(
-        messages.select(F.lit(dialect).alias("dialect"), "coordinates", error.alias("error"), F.col("raw"))
-    )
-
-
-# ---- the shared pipeline ---------------------------------------------------------------------------------
-
-
-def split_messages(records: DataFrame) -> DataFrame:
-    """Raw records -> one row per message (``message`` text), or error rows for bad text.
-
-    A record is UTF-8 JSON holding one object, or an array of objects (the canal seed examples are
-    arrays); ``coordinates.index`` is the message's index in that array.
-    """
-    from pyspark.sql import functions as F
-
-    # CAST keeps the bytes as they are; Spark's decode() would raise on the first bad sequence.
-    text = F.col("raw").cast("string")
-    checked = records.select(
-        "raw",
-        "batch_id",
-        "coordinates",
-        text.alias("text"),
-        F.expr("is_valid_utf8(CAST(raw AS STRING))").alias("utf8_ok"),
-    ).withColumn("json_ok", F.col("utf8_ok") & F.expr("try_parse_json(text) IS NOT NULL"))
-    is_array = F.ltrim(F.col("text")).startswith("[")
-    messages = F.when(is_array, F.from_json("text", "array<string>")).otherwise(F.array("text"))
-    # Coordinates travel as top-level columns across the explode and are rebuilt after it: Spark 4's
-    # nested-column aliasing through Generate loses a field otherwise (INTERNAL_ERROR_ATTRIBUTE_NOT_FOUND
-    # when a later plan reads only some of them).
-    flat = [F.col(f"coordinates.{f}").alias(f"_c_{f}") for f in COORDINATE_NAMES]
-    return (
-        checked.select(
-            "raw",
-            "batch_id",
-            *flat,
-            F.when(F.col("utf8_ok") & F.col("json_ok"), messages)
-            .otherwise(F.array(F.lit(None)))
-            .alias("msgs"),
-            first_error(
-                (~F.col("utf8_ok"), "not valid UTF-8"),
-                (~F.col("json_ok"), "not JSON: the record does not parse as a JSON document"),
-            ).alias("record_error"),
-        )
-        .select(
-            "raw",
-            "batch_id",
-            "record_error",
-            F.posexplode_outer("msgs").alias("pos", "message"),
-            *[f"_c_{f}" for f in COORDINATE_NAMES],
-        )
-        .select(
-            "raw",
-            "batch_id",
-            "message",
-            "record_error",
-            F.struct(
-                *[
-                    (
-                        F.coalesce(F.col("pos"), F.lit(0)).cast("int") if f == "index" else F.col(f"_c_{f}")
-                    ).alias(f)
-                    for f in COORDINATE_NAMES
-                ]
-            ).alias("coordinates"),
-        )
-    )
-
-
-def decode(records: DataFrame, dialect: str = "auto", options: DecodeOptions | None = None) -> DataFrame:
-    """Raw records (model.RAW_DDL) -> decoded events and error rows (model.DECODED_DDL).
-
-    One pass over the records: a record that is not UTF-8 JSON, or a JSON array holding no message,
-    reaches the dialect as a NULL message, which every dialect turns into one error row keeping the raw
-    record; :func:`record_outcome` then restates such rows as what the record is (a union of a "bad"
-    and a "good" branch would read and split the source once per branch). A record that holds no
-    message at all (an empty JSON array) yields one row with op ``filtered``.
-    """
-    options = options or DecodeOptions()
-    if dialect != "auto" and get_dialect(dialect, options).binary:
-        return get_dialect(dialect, options).decode_records(records)
-
-    split = split_messages(records).drop("record_error")
-    if dialect != "auto":
-        return record_outcome(get_dialect(dialect, options).decode_messages(split))
-    outputs = _detect_and_decode(split, options)
-    result = outputs[0]
-    for frame in outputs[1:]:
-        result = result.unionByName(frame)
-    return record_outcome(result)
-
-
-def record_outcome(decoded: DataFrame) -> DataFrame:
-    """Error rows whose raw record is not UTF-8 JSON, or is an empty JSON array, say so (see decode)."""
-    from pyspark.sql import functions as F
-
-    text = F.col("raw").cast("string")
-    failed_row = F.col("error").isNotNull() & F.col("raw").isNotNull()
-    record_error = F.when(
-        failed_row,
-        first_error(
-            (~F.expr("is_valid_utf8(CAST(raw AS STRING))"), "not valid UTF-8"),
-            (
-                F.expr("try_parse_json(CAST(raw AS STRING))").isNull(),
-                "not JSON: the record does not parse as a JSON document",
-            ),
-        ),
-    )
-    empty = (
-        failed_row
-        & F.ltrim(text).startswith("[")
-        & (F.expr("try_parse_json(CAST(raw AS STRING))").cast("string") == "[]")
-    )
-    staged = decoded.withColumn("_record_error", record_error).withColumn(
-        "_empty", F.coalesce(empty, F.lit(False))
-    )
-    keep = F.col("_record_error").isNull() & ~F.col("_empty")
-    columns = []
-    for name in decoded.columns:
-        if name == "coordinates":
-            columns.append(F.col(name))
-        elif name == "error":
-            columns.append(
-                F.when(F.col("_empty"), F.lit(None))
-                .otherwise(F.coalesce("_record_error", "error"))
-                .alias(name)
-            )
-        elif name == "raw":
-            columns.append(F.when(~F.col("_empty"), F.col("raw")).alias(name))
-        elif name == "op":
-            columns.append(F.when(F.col("_empty"), F.lit("filtered")).when(keep, F.col("op")).alias(name))
+    def __init__(self, dialect: str = "auto", options: DecodeOptions | None = None) -> None:
+        self.options = options or DecodeOptions()
+        self.name = dialect
+        if dialect == "auto":
+            self.fixed: Dialect | None = None
+            self.candidates = [
+                d
+                for d in (get_dialect(n, self.options) for n in dialect_names())
+                if d.detectable and not d.binary
+            ]
         else:
-            columns.append(F.when(keep, F.col(name)).alias(name))
-    return staged.select(*columns)
+            self.fixed = get_dialect(dialect, self.options)
+            self.fixed.check()
+            self.candidates = []
 
+    def records(
+        self, records: Iterable[tuple[bytes | None, str | None, int | None, int | None]], batch_id: int
+    ):  # type: ignore[no-untyped-def]
+        """Decode (raw, source, partition, offset) tuples; returns the Events builder.
 
-def _detect_and_decode(messages: DataFrame, options: DecodeOptions) -> list[DataFrame]:
-    from pyspark.sql import functions as F
+        The cyclic garbage collector is paused meanwhile: the builder only grows, so its passes find
+        nothing to free, and they cost a third of the decode time (measured on canal-json)."""
+        out = Events()
+        fixed = self.fixed
+        binary = fixed is not None and fixed.binary
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            for raw, source, partition, offset in records:
+                at = At(batch_id, source, partition, offset, 0, raw)
+                if binary:
+                    self._guarded(fixed, None, raw, at, out)  # type: ignore[arg-type]
+                else:
+                    self._json_record(raw, at, out)
+        finally:
+            if paused:
+                gc.enable()
+        return out
 
-    dialects = [get_dialect(name, options) for name in dialect_names()]
-    dialects = [d for d in dialects if d.detectable and not d.binary]
-    keyed = messages.withColumn("keys", F.expr("json_object_keys(message)"))
-    candidates = F.filter(
-        F.array(*[F.when(d.matches(F.col("keys")), F.lit(d.name)) for d in dialects]),
-        lambda x: x.isNotNull(),
-    )
-    keyed = keyed.withColumn("candidates", candidates)
-    # Resolve known ambiguities: a dialect that is sure of a message wins over its look-alikes.
-    sure = (
-        F.filter(
-            F.array(
-                *[
-                    F.when(
-                        F.array_contains("candidates", d.name)
-                        & d.disambiguate(F.col("message"), F.col("keys")),
-                        F.lit(d.name),
-                    )
-                    for d in dialects
-                    if d.ambiguous_with
-                ]
-            ),
-            lambda x: x.isNotNull(),
+    def _json_record(self, raw: bytes | None, at: At, out: Events) -> None:
+        try:
+            if not raw:
+                raise ValueError("empty")
+            document = loads(raw)
+        except ValueError:
+            out.fail(at, None, NOT_JSON if _utf8(raw) else NOT_UTF8)
+            return
+        if type(document) is list:
+            if not document:
+                out.filtered(at, None)  # an empty array document holds no message
+                return
+            for index, message in enumerate(document):
+                self._message(message, At(at.batch_id, at.source, at.partition, at.offset, index, raw), out)
+        else:
+            self._message(document, at, out)
+
+    def _message(self, message: Any, at: At, out: Events) -> None:
+        dialect = self.fixed
+        if type(message) is not dict:
+            out.fail(at, dialect.name if dialect else None, NOT_OBJECT)
+            return
+        if dialect is None:
+            dialect, error = self.detect(message)
+            if dialect is None:
+                out.fail(at, None, error)
+                return
+        self._guarded(dialect, message, at.raw, at, out)
+
+    def _guarded(
+        self, dialect: Dialect, message: dict[str, Any] | None, raw: bytes | None, at: At, out: Events
+    ) -> None:
+        """Run the dialect; a float seen by the fast parser re-runs it on the exact parse; anything the
+        dialect did not foresee becomes an error row naming the exception (never a lost batch)."""
+        mark = out.mark()
+        try:
+            if message is None:
+                dialect.decode_raw(raw, at, out)
+            else:
+                try:
+                    dialect.decode(message, at, out)
+                except Inexact:
+                    out.rollback(mark)
+                    exact = loads_exact(raw)  # type: ignore[arg-type]
+                    dialect.decode(exact[at.index] if type(exact) is list else exact, at, out)
+        except Exception as exc:  # a shape the dialect did not foresee: a dead letter, not a crash
+            out.rollback(mark)
+            out.fail(at, dialect.name, f"cannot decode the message ({type(exc).__name__}: {exc})")
+
+    def detect(self, message: dict[str, Any]) -> tuple[Dialect | None, str]:
+        keys = set(message)
+        candidates = [d for d in self.candidates if d.matches(keys)]
+        if not candidates:
+            return None, "unknown message format: no dialect recognises its keys; pin source.dialect"
+        if len(candidates) == 1:
+            return candidates[0], ""
+        names = {d.name for d in candidates}
+        sure = [d for d in candidates if d.ambiguous_with and d.disambiguate(message)]
+        if len(sure) == 1:
+            return sure[0], ""
+        listed = ", ".join(sorted(names))
+        return (
+            None,
+            f"ambiguous message format: it reads as any of {listed}; pin source.dialect in the job file",
         )
-        if any(d.ambiguous_with for d in dialects)
-        else F.array().cast("array<string>")
-    )
-    chosen = F.when(F.size(sure) == 1, sure[0]).when(F.size("candidates") == 1, F.col("candidates")[0])
-    keyed = keyed.withColumn("chosen", chosen)
-    error = first_error(
-        (F.col("keys").isNull(), "not a JSON object: a message must be an object"),
-        (
-            F.size("candidates") == 0,
-            "unknown message format: no dialect recognises its keys; pin source.dialect",
-        ),
-        (
-            F.col("chosen").isNull(),
-            F.concat(
-                F.lit("ambiguous message format: it reads as any of "),
-                F.array_join("candidates", ", "),
-                F.lit("; pin source.dialect in the job file"),
-            ),
-        ),
-    )
-    keyed = keyed.withColumn("detect_error", error)
-    outputs = [failed(keyed.where(F.col("detect_error").isNotNull()), F.col("detect_error"))]
-    ok = keyed.where(F.col("detect_error").isNull())
-    for d in dialects:
-        subset = ok.where(F.col("chosen") == d.name).drop("keys", "candidates", "chosen", "detect_error")
-        outputs.append(d.decode_messages(subset))
-    return outputs
+
+
+def _utf8(raw: bytes | None) -> bool:
+    try:
+        (raw or b"").decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def record_tuples(records: pa.Table) -> Iterator[tuple[bytes | None, str | None, int | None, int | None]]:
+    """The rows of a raw-record table (model.RAW_ARROW: raw, source, partition, offset) as tuples."""
+    columns = [records.column(n).to_pylist() for n in ("raw", "source", "partition", "offset")]
+    return zip(*columns, strict=True)
+
+
+def decode(
+    records: pa.Table, dialect: str = "auto", options: DecodeOptions | None = None, batch_id: int = 0
+) -> pa.Table:
+    """Raw records (raw, source, partition, offset) -> decoded events and error rows, in one process."""
+    events = Decoder(dialect, options).records(record_tuples(records), batch_id)
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return events.to_arrow()
+    finally:
+        if paused:
+            gc.enable()

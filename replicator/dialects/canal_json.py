@@ -8,57 +8,127 @@ LogEventConvert; notes/ENCODINGS.md §1). Order: ``es`` (binlog execute time, ms
 
 from __future__ import annotations
 
-import re
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any, ClassVar
 
-from replicator.dialects.base import Dialect, epoch_to_timestamp, finish, first_error, seq_tail
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
-
-MESSAGE_SCHEMA = (
-    "data ARRAY<MAP<STRING, STRING>>, old ARRAY<MAP<STRING, STRING>>, database STRING, `table` STRING, "
-    "pkNames ARRAY<STRING>, isDdl BOOLEAN, type STRING, es BIGINT, ts BIGINT, id BIGINT, `sql` STRING, "
-    "sqlType MAP<STRING, INT>, mysqlType MAP<STRING, STRING>, gtid STRING, tableChanges STRING"
-)
+from replicator.dialects.base import Dialect
+from replicator.dialects.events import At, Events, epoch_micros
+from replicator.dialects.jsontext import image, string, text, to_json
 
 DDL_KINDS = ("CREATE", "ALTER", "ERASE", "RENAME", "TRUNCATE", "CINDEX", "DINDEX", "QUERY", "INIT_DDL")
-# Binary MySQL types; a regex for dialects that test one type per message, see is_binary_type per value.
 BINARY_TYPE = r"(?i)^\s*(binary|varbinary|tinyblob|blob|mediumblob|longblob)\b"
+BLANKS = "".join(map(chr, range(33)))  # what Spark trims before casting text to a number
+INT64 = range(-(2**63), 2**63)
+
+Image = dict[str, str | None]
 
 
-def is_binary_type(type_text: Column) -> Column:
-    """binary, varbinary, *blob (MySQL) -- plain substring tests, cheaper than a regex per value."""
-    from pyspark.sql import functions as F
+def is_binary_type(type_text: str | None) -> bool:
+    """binary, varbinary, *blob (MySQL): plain substring tests."""
+    if not type_text:
+        return False
+    lowered = type_text.lower()
+    return "binary" in lowered or "blob" in lowered
 
-    lowered = F.lower(type_text)
-    return F.coalesce(lowered.contains("binary") | lowered.contains("blob"), F.lit(False))
+
+def latin1_hex(value: str) -> str:
+    """Canal's ISO-8859-1 byte text -> canonical hex (a character outside Latin-1 becomes ``?``, as
+    Java's encoder does)."""
+    return value.encode("latin-1", errors="replace").hex()
 
 
-def binary_as_hex(image: Column, types: Column) -> Column:
-    """Canal's ISO-8859-1 byte text -> canonical hex, for columns whose mysqlType is binary.
+def binary_as_hex(row: Image | None, binary_columns: frozenset[str]) -> Image | None:
+    """The image with the values of binary columns as hex."""
+    if row is None or not binary_columns or not (binary_columns & row.keys()):
+        return row
+    return {k: latin1_hex(v) if v is not None and k in binary_columns else v for k, v in row.items()}
 
-    ``types`` must be a column reference, not an expression: Spark evaluates a lambda's free expressions
-    once per map entry (measured: an inline type map made decoding 5x slower)."""
-    from pyspark.sql import functions as F
 
-    return F.transform_values(
-        image,
-        lambda k, v: F.when(
-            v.isNotNull() & is_binary_type(types[k]), F.lower(F.hex(F.encode(v, "ISO-8859-1")))
-        ).otherwise(v),
+def parameterised(types: Any) -> bool:
+    """A mysqlType map with a parameterised type (``int(11)``): canal writes them, DRS bare names. Never
+    raises :class:`~replicator.dialects.jsontext.Inexact` (detection runs outside the decode guard)."""
+    return type(types) is dict and any(
+        t is not None and "(" in (t if type(t) is str else to_json(t)) for t in types.values()
     )
 
 
-def overlay(base: Column, changed: Column) -> Column:
-    """``base`` with the keys of ``changed`` replacing its values (NULL values included).
+def head_text(value: Any) -> str | None:
+    """A field read as text for detection (Spark read it as STRING): never raises Inexact, a number's text
+    is only compared with names."""
+    return value if type(value) is str or value is None else to_json(value)
 
-    ``map_concat`` under the engine's required ``spark.sql.mapKeyDedupPolicy=LAST_WIN`` (replicator.spark):
-    one pass, where filtering ``base`` by ``map_contains_key(changed, ...)`` re-evaluated ``changed`` for
-    every entry."""
-    from pyspark.sql import functions as F
 
-    return F.when(changed.isNull(), base).otherwise(F.map_concat(base, changed))
+def cast_bigint(value: str | None) -> int | None:
+    """Text -> a 64-bit integer, or ``None`` (Spark's ``try_cast(... AS BIGINT)``: surrounding blanks
+    ignored, an optional sign, ASCII digits, no fraction, no exponent, no overflow)."""
+    if value is None:
+        return None
+    stripped = value.strip(BLANKS)
+    digits = stripped[1:] if stripped[:1] in ("+", "-") else stripped
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    number = int(stripped)
+    return number if number in INT64 else None
+
+
+def bigint(value: Any) -> int | None:
+    """An ordering field read as text and cast to BIGINT: ``None`` when absent; ValueError when present but
+    not a 64-bit whole number (it would order as 0, the oldest, or not fit ``seq``)."""
+    if type(value) is int and value in INT64:
+        return value  # type: ignore[no-any-return]
+    number = None if value is None else cast_bigint(string(value))
+    if number is None and value is not None:
+        raise ValueError(value)
+    return number
+
+
+def json_bigint(value: Any) -> int | None:
+    """A field Spark's ``from_json`` read as BIGINT: a JSON whole number within 64 bits, else NULL (a string
+    or a fraction included)."""
+    return value if type(value) is int and value in INT64 else None
+
+
+def epoch_millis(value: int | None) -> int | None:
+    """Epoch seconds or milliseconds -> milliseconds (events.epoch_micros's rule), for ``seq``."""
+    if value is None:
+        return None
+    return value * 1000 if abs(value) < 100_000_000_000 else value
+
+
+def d_text(value: int | None) -> str:
+    """A nullable number as Spark's ``format_string('%d')`` wrote it (``null`` for NULL)."""
+    return "null" if value is None else str(value)
+
+
+def overlay(base: Image | None, changed: Image | None) -> Image | None:
+    """``base`` with the keys of ``changed`` replacing its values (NULL values included)."""
+    if changed is None or base is None:
+        return base
+    return {**base, **changed}
+
+
+class TypeCache:
+    """A table's type map is the same in message after message: keep one object per distinct map, so the
+    Arrow builder flattens it once (events._maps ``shared``), and what is derived from it (its binary
+    columns) computed once."""
+
+    def __init__(self) -> None:
+        self.last: dict[Any, tuple[Any, Image, Any]] = {}
+
+    def get(self, table: Any, raw: Any, build: Any, binary: Any) -> tuple[Image, frozenset[str]]:
+        """The type map and its binary columns (``binary`` tests one type)."""
+        return self.derived(
+            table, raw, build, lambda types: frozenset(k for k, t in types.items() if binary(t))
+        )
+
+    def derived(self, table: Any, raw: Any, build: Any, derive: Any) -> tuple[Image, Any]:
+        """The type map (``build()``) and ``derive(types)``, made again only when ``raw`` changes."""
+        hit = self.last.get(table)
+        if hit is not None and hit[0] == raw:
+            return hit[1], hit[2]
+        types = build()
+        facts = derive(types)
+        self.last[table] = (raw, types, facts)
+        return types, facts
 
 
 class CanalJson(Dialect):
@@ -70,7 +140,6 @@ class CanalJson(Dialect):
         {"jobId", "shardId", "eventId", "columnType", "opType", "dbType"}
     )
     ambiguous_with: ClassVar[frozenset[str]] = frozenset({"drs-json", "drs-json-c"})
-    message_schema: ClassVar[str] = MESSAGE_SCHEMA
     # Values of `type` that are rows, mapped to contract ops.
     row_ops: ClassVar[dict[str, str]] = {
         "INSERT": "insert",
@@ -82,189 +151,200 @@ class CanalJson(Dialect):
     ignored_types: ClassVar[tuple[str, ...]] = ("TIDB_WATERMARK",)
     delete_image: ClassVar[str] = "data"  # DRS JSON puts the deleted row in `old`
     ddl_types: ClassVar[tuple[str, ...]] = ()  # more `type` values that are DDL (DRS: DDL, INIT_DDL)
+    ordering_fields: ClassVar[tuple[str, ...]] = ("es", "id")
 
-    def disambiguate(self, message: Column, keys: Column) -> Column:
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        self.type_cache = TypeCache()
+        self.ddl_set = frozenset((*DDL_KINDS, *self.ddl_types))
+
+    def disambiguate(self, message: dict[str, Any]) -> bool:
         """Canal, never DRS: a parameterised mysqlType (``int(11)``; DRS writes bare names, seed 003), a
         canal DDL type (CREATE, ALTER, ...; DRS writes ``DDL``), or a ``gtid``/``_tidb`` key."""
-        from pyspark.sql import functions as F
-
-        head = F.from_json(message, "mysqlType MAP<STRING, STRING>, type STRING")
-        parameterised = F.exists(F.map_values(head["mysqlType"]), lambda t: t.contains("("))
-        canal_ddl = F.upper(head["type"]).isin(*[k for k in DDL_KINDS if k != "INIT_DDL"])
-        return (
-            F.coalesce(parameterised, F.lit(False))
-            | F.coalesce(canal_ddl, F.lit(False))
-            | F.array_contains(keys, "gtid")
-            | F.array_contains(keys, "_tidb")
-        )
+        kind = head_text(message.get("type"))
+        canal_ddl = kind is not None and kind.upper() in DDL_KINDS and kind.upper() != "INIT_DDL"
+        return parameterised(message.get("mysqlType")) or canal_ddl or "gtid" in message or "_tidb" in message
 
     # ---- hooks for look-alike formats (DRS JSON, CKafka DDL) ---------------------------------------------
-    def source_types(self, m: Column) -> Column:
-        from pyspark.sql import functions as F
+    def build_types(self, m: dict[str, Any]) -> Image:
+        """mysqlType over ``jdbc:<sqlType>``."""
+        out: Image = {}
+        sql_types = m.get("sqlType")
+        if type(sql_types) is dict:
+            out.update({k: None if v is None else f"jdbc:{text(v)}" for k, v in sql_types.items()})
+        mysql_types = m.get("mysqlType")
+        if type(mysql_types) is dict:
+            out.update(image(mysql_types) or {})
+        return out
 
-        jdbc = F.transform_values(m["sqlType"], lambda k, v: F.concat(F.lit("jdbc:"), v.cast("string")))
-        return F.map_concat(F.coalesce(jdbc, F.create_map()), F.coalesce(m["mysqlType"], F.create_map()))
+    def types_key(self, m: dict[str, Any]) -> Any:
+        return (m.get("mysqlType"), m.get("sqlType"))
 
-    def normalize(self, image: Column, types: Column) -> Column:
-        return binary_as_hex(image, types)
+    def is_binary(self, type_text: str | None) -> bool:
+        return is_binary_type(type_text)
 
-    def position(self, m: Column) -> Column:
-        from pyspark.sql import functions as F
+    def column_facts(self, types: Image) -> Any:
+        """What :meth:`normalize` needs to know of a table's columns, derived once per type map (canal:
+        its binary columns)."""
+        return frozenset(k for k, t in types.items() if self.is_binary(t))
 
-        return F.coalesce(m["gtid"], F.format_string("es=%d id=%d", m["es"], m["id"]))
+    def normalize(self, row: Image | None, types: Image, facts: Any) -> Image | None:
+        return binary_as_hex(row, facts)
 
-    def order_key(self, m: Column) -> list[Column]:
+    def position(self, m: dict[str, Any], order: dict[str, int | None]) -> str | None:
+        gtid = string(m.get("gtid"))
+        if gtid is not None:
+            return gtid
+        return f"es={d_text(order['es'])} id={d_text(order['id'])}"
+
+    def order_key(self, m: dict[str, Any], order: dict[str, int | None]) -> tuple[int, ...]:
         """The dialect's part of ``seq`` (ARCHITECTURE.md: es then id)."""
-        from pyspark.sql import functions as F
+        return (epoch_millis(order["es"]) or 0, order["id"] or 0)
 
-        es = m["es"]
-        es_ms = F.when(F.abs(es) < F.lit(100_000_000_000), es * 1000).otherwise(es)
-        return [F.coalesce(es_ms, F.lit(0)), F.coalesce(m["id"], F.lit(0))]
+    def event_time(self, m: dict[str, Any], order: dict[str, int | None]) -> int | None:
+        return epoch_micros(order["es"])
 
-    def meta(self, m: Column) -> Column:
-        from pyspark.sql import functions as F
+    def meta(self, m: dict[str, Any]) -> Image | None:
+        ts = json_bigint(m.get("ts"))
+        return {"ts": None if ts is None else str(ts)}
 
-        return F.create_map(F.lit("ts"), m["ts"].cast("string"))
-
-    def kind(self, m: Column) -> Column:
+    def kind(self, m: dict[str, Any]) -> str | None:
         """The message's upper-case type (DRS falls back to ``opType``)."""
-        from pyspark.sql import functions as F
+        kind = string(m.get("type"))
+        return None if kind is None else kind.upper()
 
-        return F.upper(m["type"])
-
-    def ddl_kind(self, m: Column, kind: Column) -> Column:
+    def ddl_kind(self, m: dict[str, Any], kind: str) -> str | None:
         """The contract's ddl_kind of a DDL message (DRS reads it from the SQL text of type ``DDL``)."""
         return kind
 
-    def database(self, m: Column) -> Column:
-        return m["database"]
+    def database(self, m: dict[str, Any]) -> str | None:
+        return string(m.get("database"))
 
-    def schema(self, m: Column) -> Column:
-        from pyspark.sql import functions as F
-
-        return F.lit(None).cast("string")
+    def schema(self, m: dict[str, Any]) -> str | None:
+        return None
 
     # ---- decoding ----------------------------------------------------------------------------------------
-    def decode_messages(self, messages: DataFrame) -> DataFrame:
-        from pyspark.sql import functions as F
-
-        # The ordering fields are read as text in the one parse, then cast: a field that is present but not
-        # a number would otherwise order as 0 (the oldest) silently; it is refused instead.
-        ordering = [f for f in ("es", "id") if re.search(rf"\b{f} BIGINT\b", self.message_schema)]
-        schema = self.message_schema
-        for f in ordering:
-            schema = re.sub(rf"\b{f} BIGINT\b", f"{f} STRING", schema)
-        staged_text = messages.select(
-            "raw", "batch_id", "coordinates", F.from_json("message", schema).alias("t")
-        )
-        typed = F.col("t")
-        for f in ordering:
-            typed = typed.withField(f, F.col("t")[f].try_cast("bigint"))
-        parsed = staged_text.select("raw", "batch_id", "coordinates", "t", typed.alias("m"))
-        m = F.col("m")
-        malformed = F.filter(
-            F.array(*[F.when(F.col("t")[f].isNotNull() & m[f].isNull(), F.lit(f)) for f in ordering]),
-            lambda f: f.isNotNull(),
-        )
-        parsed = parsed.withColumn("malformed", malformed).drop("t")
-        kind = self.kind(m)
-        is_ddl = F.coalesce(m["isDdl"], F.lit(False)) | kind.isin(*DDL_KINDS, *self.ddl_types)
-        ddl_kind = F.when(is_ddl, self.ddl_kind(m, kind))
-        op_map = F.create_map(*[x for k, v in self.row_ops.items() for x in (F.lit(k), F.lit(v))])
-        op = (
-            F.when(kind.isin(*self.ignored_types), F.lit("filtered"))
-            .when(is_ddl & (ddl_kind == "TRUNCATE"), F.lit("truncate"))
-            .when(is_ddl, F.lit("ddl"))
-            .otherwise(op_map[kind])
-        )
-        is_dml = ~is_ddl & ~kind.isin(*self.ignored_types)
-        # DRS JSON sends the deleted rows in `old` (delete_image).
-        source = F.when(kind == "DELETE", m[self.delete_image]).otherwise(m["data"])
-        rows = F.when(is_dml & (F.size(source) > 0), source).otherwise(F.array(F.lit(None)))
-        staged = parsed.select(
-            "raw",
-            "batch_id",
-            "coordinates",
-            "m",
-            "malformed",
-            op.alias("op"),
-            kind.alias("kind"),
-            ddl_kind.alias("ddl_kind"),
-            is_dml.alias("is_dml"),
-            self.source_types(m).alias("types"),
-            F.posexplode(rows).alias("row_index", "image"),
-        )
-        # Each map is a column of its own stage: an expression used inside a map lambda (normalize, the
-        # key checks) would be evaluated again for every entry.
-        types = F.col("types")
-        staged = staged.select(
-            "*",
-            self.normalize(F.col("image"), types).alias("image_n"),
-            # get(): a short or empty `old` (inserts, deletes, a producer's missing entry) is NULL, not an
-            # ANSI index error that would fail the whole batch.
-            self.normalize(F.get(F.col("m.old"), F.col("row_index")), types).alias("old_n"),
-        )
-        op_c = F.col("op")
-        image = F.col("image_n")
-        delete_row = image  # the rows of a DELETE come from `delete_image`
-        staged = staged.select(
-            "*",
-            F.when(op_c.isin("insert", "update", "snapshot"), image).alias("after"),
-            F.when(op_c == "update", overlay(image, F.col("old_n")))
-            .when(op_c == "delete", delete_row)
-            .alias("before"),
-        )
-        after, before = F.col("after"), F.col("before")
-        pk = F.array_distinct(F.coalesce(m["pkNames"], F.array().cast("array<string>")))
-        key_image = F.coalesce(after, before)
+    def decode(self, m: dict[str, Any], at: At, out: Events) -> None:
+        name = self.name
         database = self.database(m)
-        error = first_error(
-            (F.col("m").isNull() | F.col("kind").isNull(), "wrong shape: no 'type' in the message"),
-            (op_c.isNull(), F.concat(F.lit("unknown op type "), F.to_json(F.array(F.col("kind"))))),
-            (
-                F.size("malformed") > 0,
-                F.concat(F.lit("malformed ordering field "), F.to_json("malformed"), F.lit(": not a number")),
-            ),
-            (op_c == "filtered", F.lit(None).cast("string")),
-            (F.coalesce(database, F.lit("")) == "", "missing database"),
-            (
-                (F.coalesce(m["table"], F.lit("")) == "") & (F.col("is_dml") | (op_c == "truncate")),
-                "missing table",
-            ),
-            (
-                F.col("is_dml") & F.col("image").isNull(),
-                F.concat(
-                    F.lit("no rows in '"),
-                    F.when(F.col("kind") == "DELETE", F.lit(self.delete_image)).otherwise(F.lit("data")),
-                    F.lit("'"),
-                ),
-            ),
-            (F.col("is_dml") & (F.size(pk) == 0), "missing primary key (pkNames is empty)"),
-            (
-                F.col("is_dml") & F.exists(pk, lambda k: key_image[k].isNull()),
-                F.concat(F.lit("NULL or absent primary key column in "), F.to_json(pk)),
-            ),
+        schema = self.schema(m)
+        table = string(m.get("table")) or None
+        kind = self.kind(m)
+        # The ordering fields must be whole numbers when present: one that is not would order as 0 (the
+        # oldest) silently; it is refused instead.
+        order: dict[str, int | None] = {}
+        malformed = []
+        for field in self.ordering_fields:
+            try:
+                order[field] = bigint(m.get(field))
+            except ValueError:
+                order[field] = None
+                malformed.append(field)
+        ident = {"database": database, "schema": schema, "table": table}
+        if kind is None:
+            out.fail(at, name, "wrong shape: no 'type' in the message", **ident)
+            return
+        is_ddl = m.get("isDdl") is True or kind in self.ddl_set
+        ignored = kind in self.ignored_types
+        ddl_kind = self.ddl_kind(m, kind) if is_ddl else None
+        if ignored:
+            op: str | None = "filtered"
+        elif is_ddl:
+            op = "truncate" if ddl_kind == "TRUNCATE" else "ddl"
+        else:
+            op = self.row_ops.get(kind)
+        if op is None:
+            out.fail(at, name, f"unknown op type {to_json([kind])}", **ident)
+            return
+        if malformed:
+            out.fail(at, name, f"malformed ordering field {to_json(malformed)}: not a number", **ident)
+            return
+        if op == "filtered":
+            out.filtered(at, name, **ident)
+            return
+        if not database:
+            out.fail(at, name, "missing database", **ident)
+            return
+        common = {
+            "database": database,
+            "schema": schema,
+            "table": table,
+            "order": self.order_key(m, order),
+            "event_time": self.event_time(m, order),
+            "position": self.position(m, order),
+            "meta": self.meta(m),
+        }
+        types, facts = self.type_cache.derived(
+            (database, schema, table), self.types_key(m), lambda: self.build_types(m), self.column_facts
         )
-        return finish(
-            staged.select(
-                F.lit(self.name).alias("dialect"),
-                database.alias("database"),
-                self.schema(m).alias("schema"),
-                F.when(F.col("m.table") != "", m["table"]).alias("table"),
-                op_c.alias("op"),
-                F.col("ddl_kind"),
-                F.when(is_ddl, m["sql"]).alias("ddl_sql"),
-                F.when(is_ddl, m["tableChanges"]).alias("table_changes"),
-                pk.alias("primary_key"),
-                after.alias("after"),
-                before.alias("before"),
-                types.alias("source_types"),
-                F.array(*self.order_key(m), *seq_tail(F.col("row_index"))).alias("seq"),
-                epoch_to_timestamp(m["es"]).alias("event_time"),
-                self.position(m).alias("position"),
-                self.meta(m).alias("meta"),
-                F.col("coordinates").withField("row", F.col("row_index").cast("int")).alias("coordinates"),
-                error.alias("error"),
-                F.when(error.isNotNull(), F.col("raw")).alias("raw"),
+        if is_ddl:
+            if not table and op == "truncate":
+                out.fail(at, name, "missing table", **ident)
+                return
+            out.add(
+                at,
+                name,
+                op,
+                ddl_kind=ddl_kind,
+                ddl_sql=string(m.get("sql")),
+                table_changes=string(m.get("tableChanges")),
+                primary_key=self.primary_key(m),
+                source_types=types,
+                **common,
             )
-        )
+            return
+        if not table:
+            out.fail(at, name, "missing table", **ident)
+            return
+        rows = m.get(self.delete_image if kind == "DELETE" else "data")
+        if type(rows) is not list or not rows:
+            source = self.delete_image if kind == "DELETE" else "data"
+            out.fail(at, name, f"no rows in '{source}'", **ident)
+            return
+        pk = self.primary_key(m)
+        old = m.get("old")
+        old = old if type(old) is list else ()
+        for index, raw_row in enumerate(rows):
+            row = self.normalize(image(raw_row), types, facts)
+            if row is None:
+                out.fail(
+                    at,
+                    name,
+                    f"no rows in '{self.delete_image if kind == 'DELETE' else 'data'}'",
+                    row=index,
+                    **ident,
+                )
+                continue
+            after: Image | None = None
+            before: Image | None = None
+            if op == "delete":
+                before = row
+            else:
+                after = row
+                if op == "update":
+                    changed = self.normalize(image(old[index]), types, facts) if index < len(old) else None
+                    before = overlay(row, changed)
+            if not pk:
+                out.fail(at, name, "missing primary key (pkNames is empty)", row=index, **ident)
+                continue
+            key_image = after if after is not None else before
+            if any(key_image.get(k) is None for k in pk):  # type: ignore[union-attr]
+                out.fail(at, name, f"NULL or absent primary key column in {to_json(pk)}", row=index, **ident)
+                continue
+            out.add(
+                at,
+                name,
+                op,
+                primary_key=pk,
+                after=after,
+                before=before,
+                source_types=types,
+                row=index,
+                **common,
+            )
+
+    def primary_key(self, m: dict[str, Any]) -> list[str]:
+        names = m.get("pkNames")
+        if type(names) is not list:
+            return []
+        return list(dict.fromkeys(n for n in (string(x) for x in names) if n is not None))

@@ -10,41 +10,60 @@ A topic of this connector carries three shapes, routed per message by its keys:
 * Tencent's "Canal 格式" DML (tencent-ckafka-canal-json vectors): values as JSON numbers, ``old`` is the full
   before row, a DELETE has its row in ``old`` and ``data: null``, ``pkNames``/``mysqlType`` null, ``es`` may
   be 0. Alibaba canal DML read by these rules decodes the same, so any canal-shaped DML is accepted.
+
+Tencent's canal DML writes numbers: every value goes through jsontext, which keeps a number exactly as
+written (a decimal never passes through a double: 12345678901234567890.12 stays as it is).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+import datetime as dt
+from typing import Any, ClassVar
+from zoneinfo import ZoneInfo
 
-from replicator.dialects.base import epoch_to_timestamp, failed, finish, first_error, seq_tail
-from replicator.dialects.canal_json import DDL_KINDS, MESSAGE_SCHEMA, CanalJson, overlay
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
-
-# Every value is read as VARIANT and rendered as text: Tencent's canal DML writes numbers, and a decimal
-# read through STRING would pass through a double (12345678901234567890.12 -> 1.2345678901234567E19).
-# Scalars are text and cast with try_cast so that one odd field does not null the whole message.
-FORMAT_ONE_SCHEMA = (
-    "BINLOG_NAME STRING, BINLOG_POS STRING, DATABASE STRING, `TABLE` STRING, TYPE STRING, TIME STRING, "
-    "GLOBAL_ID STRING, EVENT_SERVER_ID STRING, GROUP_ID STRING, "
-    "NEW_VALUES MAP<STRING, VARIANT>, OLD_VALUES MAP<STRING, VARIANT>"
+from replicator.dialects.canal_json import (
+    DDL_KINDS,
+    CanalJson,
+    Image,
+    cast_bigint,
+    epoch_millis,
+    json_bigint,
+    overlay,
 )
-CANAL_SCHEMA = MESSAGE_SCHEMA.replace("ARRAY<MAP<STRING, STRING>>", "ARRAY<MAP<STRING, VARIANT>>")
-assert CANAL_SCHEMA.count("VARIANT") == 2, "canal_json.MESSAGE_SCHEMA changed: update ckafka.CANAL_SCHEMA"
+from replicator.dialects.events import At, Events, epoch_micros
+from replicator.dialects.jsontext import image, string, to_json
 
 FORMAT_ONE_KEYS = ("BINLOG_NAME", "BINLOG_POS", "NEW_VALUES", "OLD_VALUES", "GLOBAL_ID")
 CANAL_KEYS = ("type", "isDdl", "data", "old", "es")
-BINLOG_NUMBER_RE = r"\.(\d+)\s*$"  # mysql-bin.000003 -> 3
-TIME_RE = r"^\d{14}$"  # yyyyMMddHHmmss
+WRONG_SHAPE = (
+    "wrong shape: neither CKafka official format one (BINLOG_NAME, BINLOG_POS, TYPE, ...) "
+    "nor canal-shaped (type, isDdl, data, ...)"
+)
+NO_ROWS = "no rows in 'data' (nor in 'old' for a DELETE)"
+NO_TYPES: Image = {}  # format one has no column types: one shared empty map
+JAVA_SPACE = " \t\n\x0b\f\r"  # Java regex \s
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+MICROSECOND = dt.timedelta(microseconds=1)
 
 
-def as_text(image: Column) -> Column:
-    """A map of VARIANT values -> canonical text: strings as they are, numbers exactly as written,
-    JSON null -> SQL NULL."""
-    from pyspark.sql import functions as F
+def binlog_number(name: str | None) -> int | None:
+    """mysql-bin.000003 -> 3: the digits after the last dot, blanks after them allowed (Spark's regex was
+    ``\\.(\\d+)\\s*$``)."""
+    if name is None:
+        return None
+    _, dot, tail = name.rpartition(".")
+    digits = tail.rstrip(JAVA_SPACE)
+    return cast_bigint(digits) if dot and digits.isascii() and digits.isdigit() else None
 
-    return F.transform_values(image, lambda k, v: v.cast("string"))
+
+def is_time_text(value: str | None) -> bool:
+    """TIME is ``yyyyMMddHHmmss``: 14 ASCII digits."""
+    return value is not None and len(value) == 14 and value.isascii() and value.isdigit()
+
+
+def rows_of(value: Any) -> list[Any] | None:
+    """``data`` / ``old``: a JSON array, else NULL."""
+    return value if type(value) is list else None
 
 
 class CKafka(CanalJson):
@@ -62,236 +81,186 @@ class CKafka(CanalJson):
     # write `I`. Matched case-insensitively.
     format_one_ops: ClassVar[dict[str, str]] = {"I": "insert", "L": "insert", "U": "update", "D": "delete"}
 
-    # ---- routing ---------------------------------------------------------------------------------------
-    def decode_messages(self, messages: DataFrame) -> DataFrame:
-        from pyspark.sql import functions as F
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        self.zone = ZoneInfo(self.options.timezone)
+        self.canal_kinds = frozenset((*DDL_KINDS, *self.ignored_types))
 
-        keyed = messages.withColumn("keys", F.expr("json_object_keys(message)"))
-        is_one = F.exists("keys", lambda k: k.isin(*FORMAT_ONE_KEYS))
-        is_canal = ~is_one & F.exists("keys", lambda k: k.isin(*CANAL_KEYS))
-        head = F.from_json("message", "type STRING, isDdl BOOLEAN")
-        # DDL (and the kinds canal-json filters) go to the canal-json code; canal-shaped DML to ours.
-        to_canal = F.coalesce(head["isDdl"], F.lit(False)) | F.upper(head["type"]).isin(
-            *DDL_KINDS, *self.ignored_types
-        )
-        route = (
-            F.when(F.col("keys").isNull(), "bad")
-            .when(is_one, "one")
-            .when(is_canal & to_canal, "canal-ddl")
-            .when(is_canal, "canal-dml")
-            .otherwise("bad")
-        )
-        keyed = keyed.withColumn("route", route)
-        part = lambda name: keyed.where(F.col("route") == name).drop("keys", "route")  # noqa: E731
-        bad = keyed.where(F.col("route") == "bad")
-        error = F.when(
-            F.col("keys").isNull(), F.lit("not a JSON object: a message must be an object")
-        ).otherwise(
-            F.lit(
-                "wrong shape: neither CKafka official format one (BINLOG_NAME, BINLOG_POS, TYPE, ...) "
-                "nor canal-shaped (type, isDdl, data, ...)"
-            )
-        )
-        return (
-            self._format_one(part("one"))
-            .unionByName(super().decode_messages(part("canal-ddl")))
-            .unionByName(self._canal_dml(part("canal-dml")))
-            .unionByName(failed(bad, error, self.name))
-        )
+    # ---- routing ---------------------------------------------------------------------------------------
+    def decode(self, m: dict[str, Any], at: At, out: Events) -> None:
+        if any(k in m for k in FORMAT_ONE_KEYS):
+            self.format_one(m, at, out)
+        elif any(k in m for k in CANAL_KEYS):
+            # DDL (and the kinds canal-json filters) go to the canal-json code; canal-shaped DML to ours.
+            kind = string(m.get("type"))
+            if m.get("isDdl") is True or (kind is not None and kind.upper() in self.canal_kinds):
+                super().decode(m, at, out)
+            else:
+                self.canal_dml(m, at, out)
+        else:
+            out.fail(at, self.name, WRONG_SHAPE)
 
     # ---- official format one -----------------------------------------------------------------------------
-    def _format_one(self, messages: DataFrame) -> DataFrame:
-        from pyspark.sql import functions as F
-
-        m = F.col("m")
-        kind = F.upper(F.trim(m["TYPE"]))
-        op_map = F.create_map(*[x for k, v in self.format_one_ops.items() for x in (F.lit(k), F.lit(v))])
-        op = op_map[kind]
-        new_values = as_text(m["NEW_VALUES"])
-        old_values = as_text(m["OLD_VALUES"])
-        file_no = F.regexp_extract(m["BINLOG_NAME"], BINLOG_NUMBER_RE, 1).try_cast("bigint")
-        pos = F.trim(m["BINLOG_POS"]).try_cast("bigint")
-        time_ok = m["TIME"].rlike(TIME_RE)
-        staged = messages.select(
-            "raw", "batch_id", "coordinates", F.from_json("message", FORMAT_ONE_SCHEMA).alias("m")
-        ).select(
-            "*",
-            op.alias("op"),
-            F.when(op.isin("insert", "update"), new_values).alias("after"),
-            F.when(op.isin("update", "delete"), old_values).alias("before"),
-            file_no.alias("file_no"),
-            pos.alias("pos"),
-        )
-        op_c = F.col("op")
-        error = first_error(
-            (m["TYPE"].isNull(), "wrong shape: no 'TYPE' in the message"),
-            (
-                op_c.isNull(),
-                F.concat(
-                    F.lit("unknown TYPE "), F.to_json(F.array(m["TYPE"])), F.lit(" (expected I, U or D)")
-                ),
-            ),
-            (F.coalesce(m["DATABASE"], F.lit("")) == "", "missing DATABASE"),
-            (F.coalesce(m["TABLE"], F.lit("")) == "", "missing TABLE"),
-            (
-                F.col("file_no").isNull(),
-                F.concat(
-                    F.lit("malformed BINLOG_NAME "),
-                    F.to_json(F.array(m["BINLOG_NAME"])),
-                    F.lit(": expected a binlog file name ending in its number (mysql-bin.000003)"),
-                ),
-            ),
-            (
-                F.col("pos").isNull(),
-                F.concat(
-                    F.lit("malformed BINLOG_POS "),
-                    F.to_json(F.array(m["BINLOG_POS"])),
-                    F.lit(": expected an integer"),
-                ),
-            ),
-            (
-                m["TIME"].isNotNull() & ~time_ok,
-                F.concat(
-                    F.lit("malformed TIME "),
-                    F.to_json(F.array(m["TIME"])),
-                    F.lit(": expected yyyyMMddHHmmss"),
-                ),
-            ),
-            (
-                op_c.isin("insert", "update") & F.col("after").isNull(),
-                "no NEW_VALUES (absent, null or not a JSON object)",
-            ),
-            (
-                op_c.isin("update", "delete") & F.col("before").isNull(),
-                "no OLD_VALUES (absent, null or not a JSON object)",
-            ),
-        )
-        meta = F.map_filter(
-            F.create_map(
-                F.lit("gtid"),
-                m["GLOBAL_ID"],
-                F.lit("time"),
-                m["TIME"],
-                F.lit("event_server_id"),
-                m["EVENT_SERVER_ID"],
-                F.lit("group_id"),
-                m["GROUP_ID"],
-            ),
-            lambda k, v: v.isNotNull(),
-        )
-        return finish(
-            staged.select(
-                F.lit(self.name).alias("dialect"),
-                m["DATABASE"].alias("database"),
-                F.when(m["TABLE"] != "", m["TABLE"]).alias("table"),
-                op_c.alias("op"),
-                # Format one carries no key: the engine resolves it per table (changelog.with_keys).
-                F.array().cast("array<string>").alias("primary_key"),
-                "after",
-                "before",
-                # No types either: the engine types columns from the mirror table, else as string.
-                F.create_map().cast("map<string,string>").alias("source_types"),
-                F.array(
-                    F.coalesce(F.col("file_no"), F.lit(0)),
-                    F.coalesce(F.col("pos"), F.lit(0)),
-                    *seq_tail(F.lit(0)),
-                ).alias("seq"),
-                F.when(time_ok, self._wall_clock(m["TIME"])).alias("event_time"),
-                F.when(
-                    m["BINLOG_NAME"].isNotNull() & F.col("pos").isNotNull(),
-                    F.concat_ws(":", F.trim(m["BINLOG_NAME"]), F.col("pos").cast("string")),
-                ).alias("position"),
-                meta.alias("meta"),
-                F.col("coordinates").withField("row", F.lit(0)).alias("coordinates"),
-                error.alias("error"),
-                F.when(error.isNotNull(), F.col("raw")).alias("raw"),
+    def format_one(self, m: dict[str, Any], at: At, out: Events) -> None:
+        type_text = string(m.get("TYPE"))
+        op = None if type_text is None else self.format_one_ops.get(type_text.strip(" ").upper())
+        database = string(m.get("DATABASE"))
+        table = string(m.get("TABLE")) or None
+        binlog_name = string(m.get("BINLOG_NAME"))
+        binlog_pos = string(m.get("BINLOG_POS"))
+        time = string(m.get("TIME"))
+        file_no = binlog_number(binlog_name)
+        pos = cast_bigint(binlog_pos)
+        after = image(m.get("NEW_VALUES")) if op in ("insert", "update") else None
+        before = image(m.get("OLD_VALUES")) if op in ("update", "delete") else None
+        if type_text is None:
+            error: str | None = "wrong shape: no 'TYPE' in the message"
+        elif op is None:
+            error = f"unknown TYPE {to_json([type_text])} (expected I, U or D)"
+        elif not database:
+            error = "missing DATABASE"
+        elif not table:
+            error = "missing TABLE"
+        elif file_no is None:
+            error = (
+                f"malformed BINLOG_NAME {to_json([binlog_name])}: "
+                "expected a binlog file name ending in its number (mysql-bin.000003)"
             )
+        elif pos is None:
+            error = f"malformed BINLOG_POS {to_json([binlog_pos])}: expected an integer"
+        elif time is not None and not is_time_text(time):
+            error = f"malformed TIME {to_json([time])}: expected yyyyMMddHHmmss"
+        elif op in ("insert", "update") and after is None:
+            error = "no NEW_VALUES (absent, null or not a JSON object)"
+        elif op in ("update", "delete") and before is None:
+            error = "no OLD_VALUES (absent, null or not a JSON object)"
+        else:
+            error = None
+        if error is not None:
+            out.fail(at, self.name, error, database=database, table=table)
+            return
+        meta = {
+            "gtid": string(m.get("GLOBAL_ID")),
+            "time": time,
+            "event_server_id": string(m.get("EVENT_SERVER_ID")),
+            "group_id": string(m.get("GROUP_ID")),
+        }
+        out.add(
+            at,
+            self.name,
+            op,
+            database=database,
+            table=table,
+            # Format one carries no key: the engine resolves it per table (changelog.with_keys).
+            primary_key=[],
+            after=after,
+            before=before,
+            # No types either: the engine types columns from the mirror table, else as string.
+            source_types=NO_TYPES,
+            order=(file_no, pos),  # type: ignore[arg-type]  (both checked above)
+            event_time=self.wall_clock(time) if time is not None else None,
+            position=f"{binlog_name.strip(' ')}:{pos}",  # type: ignore[union-attr]
+            meta={k: v for k, v in meta.items() if v is not None},
         )
 
-    def _wall_clock(self, text: Column) -> Column:
+    def wall_clock(self, text: str) -> int | None:
         """TIME ``yyyyMMddHHmmss`` is the MySQL server's wall clock (seed 001 writes epoch 0 as
-        "19700101080000", a UTC+8 server): read it in ``source.timezone``."""
-        from pyspark.sql import functions as F
+        "19700101080000", a UTC+8 server): read it in ``source.timezone``, as epoch microseconds.
 
-        part = lambda start, length: F.substring(text, start, length).try_cast("int")  # noqa: E731
-        return F.try_make_timestamp(
-            part(1, 4),
-            part(5, 2),
-            part(7, 2),
-            part(9, 2),
-            part(11, 2),
-            part(13, 2).cast("decimal(16,6)"),
-            F.lit(self.options.timezone),
-        )
+        As Spark's ``try_make_timestamp``: a date or time that does not exist is NULL, second 60 is the next
+        minute; a local time skipped by a DST change moves forward by the gap, a repeated one is the earlier.
+        """
+        second = int(text[12:14])
+        try:
+            local = dt.datetime(
+                int(text[0:4]),
+                int(text[4:6]),
+                int(text[6:8]),
+                int(text[8:10]),
+                int(text[10:12]),
+                0 if second == 60 else second,
+            )
+            if second == 60:
+                local += dt.timedelta(minutes=1)
+        except (ValueError, OverflowError):
+            return None
+        # fold=0: the offset before a DST change, which is Java's rule for both a gap and an overlap.
+        return (local.replace(tzinfo=self.zone) - EPOCH) // MICROSECOND
 
     # ---- Tencent canal-shaped DML ------------------------------------------------------------------------
-    def _canal_dml(self, messages: DataFrame) -> DataFrame:
-        from pyspark.sql import functions as F
-
-        m = F.col("m")
-        kind = F.upper(m["type"])
-        op_map = F.create_map(*[x for k, v in self.row_ops.items() for x in (F.lit(k), F.lit(v))])
-        op = op_map[kind]
+    def canal_dml(self, m: dict[str, Any], at: At, out: Events) -> None:
+        name = self.name
+        database = string(m.get("database"))
+        table = string(m.get("table")) or None
+        kind = string(m.get("type"))
+        kind = None if kind is None else kind.upper()
+        op = None if kind is None else self.row_ops.get(kind)
+        ident = {"database": database, "table": table}
+        if kind is None:
+            out.fail(at, name, "wrong shape: no 'type' in the message", **ident)
+            return
+        if op is None:
+            out.fail(at, name, f"unknown op type {to_json([kind])}", **ident)
+            return
+        if not database:
+            out.fail(at, name, "missing database", **ident)
+            return
+        if not table:
+            out.fail(at, name, "missing table", **ident)
+            return
+        # Read as Spark's from_json read BIGINT fields: anything but a whole number is NULL.
+        order = {"es": json_bigint(m.get("es")), "id": json_bigint(m.get("id"))}
+        common = {
+            "database": database,
+            "table": table,
+            "order": self.order_key(m, order),
+            "event_time": epoch_micros(self.execute_time(m, order)),
+            "position": self.position(m, order),
+            "meta": self.meta(m),
+        }
+        types, facts = self.type_cache.derived(
+            (database, None, table), self.types_key(m), lambda: self.build_types(m), self.column_facts
+        )
+        pk = self.primary_key(m)
+        old = rows_of(m.get("old"))
         # Tencent puts a deleted row in `old` with `data: null`; canal puts it in `data`.
-        has_old = F.coalesce(F.size(m["old"]), F.lit(0)) > 0
-        rows = F.when((op == "delete") & has_old, m["old"]).otherwise(m["data"])
-        rows = F.when(F.coalesce(F.size(rows), F.lit(0)) > 0, rows).otherwise(F.array(F.lit(None)))
-        staged = messages.select(
-            "raw", "batch_id", "coordinates", F.from_json("message", CANAL_SCHEMA).alias("m")
-        ).select("*", op.alias("op"), kind.alias("kind"), F.posexplode(rows).alias("row_index", "row"))
-        types = self.source_types(m)
-        image = self.normalize(as_text(F.col("row")), types)
-        old_row = self.normalize(as_text(F.col("m.old")[F.col("row_index")]), types)
-        op_c = F.col("op")
-        after = F.when(op_c.isin("insert", "update", "snapshot"), image)
-        # Tencent's `old` is the full before row, canal's the changed columns: overlay serves both.
-        before = F.when(op_c == "update", overlay(image, old_row)).when(op_c == "delete", image)
-        pk = F.array_distinct(F.coalesce(m["pkNames"], F.array().cast("array<string>")))
-        key_image = F.coalesce(after, before)
-        error = first_error(
-            (kind.isNull(), "wrong shape: no 'type' in the message"),
-            (op_c.isNull(), F.concat(F.lit("unknown op type "), F.to_json(F.array(F.col("kind"))))),
-            (F.coalesce(m["database"], F.lit("")) == "", "missing database"),
-            (F.coalesce(m["table"], F.lit("")) == "", "missing table"),
-            (F.col("row").isNull(), "no rows in 'data' (nor in 'old' for a DELETE)"),
-            (
-                F.exists(pk, lambda k: key_image[k].isNull()),
-                F.concat(F.lit("NULL or absent primary key column in "), F.to_json(pk)),
-            ),
-        )
-        return finish(
-            staged.select(
-                F.lit(self.name).alias("dialect"),
-                m["database"].alias("database"),
-                F.when(m["table"] != "", m["table"]).alias("table"),
-                op_c.alias("op"),
-                pk.alias("primary_key"),
-                after.alias("after"),
-                before.alias("before"),
-                types.alias("source_types"),
-                F.array(*self.order_key(m), *seq_tail(F.col("row_index"))).alias("seq"),
-                epoch_to_timestamp(self._execute_time(m)).alias("event_time"),
-                self.position(m).alias("position"),
-                self.meta(m).alias("meta"),
-                F.col("coordinates").withField("row", F.col("row_index").cast("int")).alias("coordinates"),
-                error.alias("error"),
-                F.when(error.isNotNull(), F.col("raw")).alias("raw"),
+        rows = old if op == "delete" and old else rows_of(m.get("data"))
+        for index, raw_row in enumerate(rows or [None]):
+            row = self.normalize(image(raw_row), types, facts)
+            if row is None:
+                out.fail(at, name, NO_ROWS, row=index, **ident)
+                continue
+            after = row if op in ("insert", "update", "snapshot") else None
+            before: Image | None = None
+            if op == "update":
+                # Tencent's `old` is the full before row, canal's the changed columns: overlay serves both.
+                # A short `old` has no entry for this row (the Spark decoder failed the whole batch).
+                changed = image(old[index]) if old is not None and index < len(old) else None
+                before = overlay(row, self.normalize(changed, types, facts))
+            elif op == "delete":
+                before = row
+            key_image = after if after is not None else before
+            if any(key_image.get(k) is None for k in pk):  # type: ignore[union-attr]
+                out.fail(at, name, f"NULL or absent primary key column in {to_json(pk)}", row=index, **ident)
+                continue
+            out.add(
+                at,
+                name,
+                op,
+                primary_key=pk,
+                after=after,
+                before=before,
+                source_types=types,
+                row=index,
+                **common,
             )
-        )
 
-    @staticmethod
-    def _execute_time(m: Column) -> Column:
+    def execute_time(self, m: dict[str, Any], order: dict[str, int | None]) -> int | None:
         """``es``, or ``ts`` (processing time) when ``es`` is 0 or absent: the Tencent INSERT example writes
         ``"es": 0`` next to a real ``ts``."""
-        from pyspark.sql import functions as F
+        return order["es"] or json_bigint(m.get("ts"))
 
-        return F.when(F.coalesce(m["es"], F.lit(0)) != 0, m["es"]).otherwise(m["ts"])
-
-    def order_key(self, m: Column) -> list[Column]:
-        """canal's (es, id), with es falling back to ts like the event time (see :meth:`_execute_time`).
+    def order_key(self, m: dict[str, Any], order: dict[str, int | None]) -> tuple[int, ...]:
+        """canal's (es, id), with es falling back to ts like the event time (see :meth:`execute_time`).
         Also used by the inherited DDL decoding, whose es is never 0 in seed 001."""
-        from pyspark.sql import functions as F
-
-        es = self._execute_time(m)
-        es_ms = F.when(F.abs(es) < F.lit(100_000_000_000), es * 1000).otherwise(es)
-        return [F.coalesce(es_ms, F.lit(0)), F.coalesce(m["id"], F.lit(0))]
+        return (epoch_millis(self.execute_time(m, order)) or 0, order["id"] or 0)

@@ -10,27 +10,23 @@ Order: ``execTs`` (ms) then ``bid`` (ARCHITECTURE.md). CloudCanal's "Canal Json"
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+import re
+from typing import Any, ClassVar
 
-from replicator.dialects.base import Dialect, epoch_to_timestamp, finish, first_error, seq_tail
-from replicator.dialects.canal_json import BINARY_TYPE, overlay
+from replicator.dialects.base import Dialect
+from replicator.dialects.canal_json import BINARY_TYPE, binary_as_hex, overlay
+from replicator.dialects.events import At, Events, epoch_micros
+from replicator.dialects.jsontext import image, loads_exact, string, text, to_json
 
-if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
-
-MESSAGE_SCHEMA = (
-    "action STRING, `before` ARRAY<MAP<STRING, STRING>>, data ARRAY<MAP<STRING, STRING>>, bid BIGINT, "
-    "db STRING, `schema` STRING, `table` STRING, dbValType MAP<STRING, STRING>, jdbcType MAP<STRING, INT>, "
-    "entryType STRING, isDdl BOOLEAN, pks ARRAY<STRING>, execTs BIGINT, sendTs BIGINT, `sql` STRING, "
-    "tableChanges STRING"
-)
-TABLE_CHANGES_PK = "`table` STRUCT<primaryKeyColumnNames: ARRAY<STRING>>"
+Image = dict[str, str | None]
 
 ROW_OPS = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete"}
 # CloudCanal writes the DDL kind into `action` (seed 004: "ALTER"); DROP is named ERASE in the contract.
 DDL_ALIASES = {"DROP": "ERASE"}
 # java.sql.Types codes of byte columns (seed 004 appendix): BINARY, VARBINARY, LONGVARBINARY, BLOB.
 BINARY_JDBC = (-2, -3, -4, 2004)
+
+_binary_type = re.compile(BINARY_TYPE).search
 
 
 class CloudCanalJson(Dialect):
@@ -39,134 +35,165 @@ class CloudCanalJson(Dialect):
     required_keys: ClassVar[frozenset[str]] = frozenset({"execTs"})
     any_keys: ClassVar[frozenset[str]] = frozenset({"action", "entryType"})
     row_ops: ClassVar[dict[str, str]] = ROW_OPS
+    ddl_aliases: ClassVar[dict[str, str]] = DDL_ALIASES
+    row_entry: ClassVar[str] = "ROWDATA"  # the only entryType carrying rows or DDL
 
-    def source_types(self, m: Column) -> Column:
-        """``dbValType`` text, else ``jdbc:<code>`` from ``jdbcType``."""
-        from pyspark.sql import functions as F
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        # (database, schema, table) -> ((dbValType, jdbcType) as sent, type map, binary columns): a table's
+        # types repeat message after message; one shared map object is flattened once (events._maps).
+        self.type_cache: dict[Any, tuple[Any, Image, frozenset[str]]] = {}
 
-        jdbc = F.transform_values(m["jdbcType"], lambda k, v: F.concat(F.lit("jdbc:"), v.cast("string")))
-        return F.map_concat(F.coalesce(jdbc, F.create_map()), F.coalesce(m["dbValType"], F.create_map()))
+    def source_types(self, m: dict[str, Any]) -> tuple[Image, frozenset[str]]:
+        """``dbValType`` text, else ``jdbc:<code>`` from ``jdbcType``; and the byte columns among them."""
+        names, codes = m.get("dbValType"), m.get("jdbcType")
+        key = (string(m.get("db")), string(m.get("schema")), string(m.get("table")))
+        hit = self.type_cache.get(key)
+        if hit is not None and hit[0] == (names, codes):
+            return hit[1], hit[2]
+        names = names if type(names) is dict else {}
+        codes = codes if type(codes) is dict else {}
+        types: Image = {k: None if v is None else f"jdbc:{text(v)}" for k, v in codes.items()}
+        types.update(image(names) or {})
+        binary = frozenset(k for k in {**codes, **names} if self.is_binary(names.get(k), codes.get(k)))
+        self.type_cache[key] = ((m.get("dbValType"), m.get("jdbcType")), types, binary)
+        return types, binary
 
-    def normalize(self, image: Column, m: Column) -> Column:
+    def is_binary(self, name: Any, code: Any) -> bool:
         """Byte columns -> hex. Assumption (the doc is silent): bytes travel as ISO-8859-1 text, as in
         canal-json (notes/ENCODINGS.md §1); the column is binary by ``dbValType``, else by ``jdbcType``."""
-        from pyspark.sql import functions as F
+        if name is not None:
+            return bool(_binary_type(text(name) or ""))
+        return type(code) is int and code in BINARY_JDBC
 
-        def is_binary(k: Column) -> Column:
-            by_name = m["dbValType"][k].rlike(BINARY_TYPE)
-            by_code = m["jdbcType"][k].isin(*BINARY_JDBC)
-            return F.coalesce(F.when(m["dbValType"][k].isNotNull(), by_name).otherwise(by_code), F.lit(False))
+    def primary_key(self, m: dict[str, Any], is_ddl: bool) -> list[str | None]:
+        """``pks``; a DDL without them takes ``tableChanges.table.primaryKeyColumnNames``."""
+        names = m.get("pks")
+        pks = list(dict.fromkeys(string(n) for n in names)) if type(names) is list else []
+        if is_ddl and not pks:
+            ddl_pk = _table_changes_pk(m.get("tableChanges"))
+            if ddl_pk is not None:
+                return ddl_pk
+        return pks
 
-        return F.transform_values(
-            image,
-            lambda k, v: F.when(
-                is_binary(k) & v.isNotNull(), F.lower(F.hex(F.encode(v, "ISO-8859-1")))
-            ).otherwise(v),
-        )
+    def decode(self, m: dict[str, Any], at: At, out: Events) -> None:
+        name = self.name
+        action = string(m.get("action"))
+        action = None if action is None else action.strip(" ").upper()
+        entry = string(m.get("entryType"))
+        entry = self.row_entry if entry is None else entry.upper()
+        is_ddl = m.get("isDdl") is True
+        kind = None if action is None else self.ddl_aliases.get(action, action)
+        if entry != self.row_entry:
+            op: str | None = "filtered"
+        elif is_ddl:
+            op = "truncate" if kind == "TRUNCATE" else "ddl"
+        else:
+            op = None if action is None else self.row_ops.get(action)
+        is_dml = not is_ddl and entry == self.row_entry
 
-    def decode_messages(self, messages: DataFrame) -> DataFrame:
-        from pyspark.sql import functions as F
+        database = string(m.get("db"))
+        schema = string(m.get("schema"))
+        table = string(m.get("table"))
+        # MySQL has no schema level; CloudCanal repeats the database name there (seed 004).
+        ident: dict[str, Any] = {
+            "database": database,
+            "schema": schema if schema and schema != (database or "") else None,
+            "table": table or None,
+        }
+        if op == "filtered":
+            error = None
+        elif action is None:
+            error = "wrong shape: no 'action' in the message"
+        elif op is None:
+            error = f"unknown op action {to_json([action])}"
+        elif not database:
+            error = "missing database (db)"
+        elif not table and (is_dml or op == "truncate"):
+            error = "missing table"
+        else:
+            error = None
 
-        parsed = messages.select(
-            "raw", "batch_id", "coordinates", F.from_json("message", MESSAGE_SCHEMA).alias("m")
-        )
-        m = F.col("m")
-        action = F.upper(F.trim(m["action"]))
-        entry = F.upper(F.coalesce(m["entryType"], F.lit("ROWDATA")))
-        is_ddl = F.coalesce(m["isDdl"], F.lit(False))
-        kind = F.coalesce(
-            F.create_map(*[x for k, v in DDL_ALIASES.items() for x in (F.lit(k), F.lit(v))])[action], action
-        )
-        op_map = F.create_map(*[x for k, v in self.row_ops.items() for x in (F.lit(k), F.lit(v))])
-        op = (
-            F.when(entry != "ROWDATA", F.lit("filtered"))
-            .when(is_ddl & (kind == "TRUNCATE"), F.lit("truncate"))
-            .when(is_ddl, F.lit("ddl"))
-            .otherwise(op_map[action])
-        )
-        is_dml = ~is_ddl & (entry == "ROWDATA")
-        data, before_rows = m["data"], m["before"]
+        data, before_rows = _rows(m.get("data")), _rows(m.get("before"))
         # A DELETE's row is in `data` (the doc: "当前操作的数据"); `before` is read when `data` is empty.
-        rows = (
-            F.when(is_dml & (F.size(data) > 0), data)
-            .when(is_dml & (op == "delete") & (F.size(before_rows) > 0), before_rows)
-            .otherwise(F.array(F.lit(None)))
-        )
-        staged = parsed.select(
-            "raw",
-            "batch_id",
-            "coordinates",
-            "m",
-            op.alias("op"),
-            kind.alias("kind"),
-            action.alias("action"),
-            is_dml.alias("is_dml"),
-            F.posexplode(rows).alias("row_index", "image"),
-        )
-        types = self.source_types(m)
-        image = self.normalize(F.col("image"), m)
-        old_row = self.normalize(before_rows[F.col("row_index")], m)
-        op_c = F.col("op")
-        after = F.when(op_c.isin("insert", "update"), image)
-        # `before` of an UPDATE holds the whole previous row (seed 004); overlaying it on `data` also
-        # gives the whole row if a producer sends changed columns only.
-        before = F.when(op_c == "update", overlay(image, old_row)).when(op_c == "delete", image)
-        pks = F.array_distinct(F.coalesce(m["pks"], F.array().cast("array<string>")))
-        ddl_pk = F.from_json(m["tableChanges"], TABLE_CHANGES_PK)["table"]["primaryKeyColumnNames"]
-        pk = F.when(is_ddl & (F.size(pks) == 0) & ddl_pk.isNotNull(), ddl_pk).otherwise(pks)
-        key_image = F.coalesce(after, before)
-        error = first_error(
-            (F.col("m").isNull(), "wrong shape: not a CloudCanal Json object"),
-            (op_c == "filtered", F.lit(None).cast("string")),
-            (F.col("action").isNull(), "wrong shape: no 'action' in the message"),
-            (op_c.isNull(), F.concat(F.lit("unknown op action "), F.to_json(F.array(F.col("action"))))),
-            (F.coalesce(m["db"], F.lit("")) == "", "missing database (db)"),
-            (
-                (F.coalesce(m["table"], F.lit("")) == "") & (F.col("is_dml") | (op_c == "truncate")),
-                "missing table",
-            ),
-            (F.col("is_dml") & F.col("image").isNull(), "no rows in 'data'"),
-            (F.col("is_dml") & (F.size(pk) == 0), "missing primary key (pks is empty)"),
-            (
-                F.col("is_dml") & F.exists(pk, lambda k: key_image[k].isNull()),
-                F.concat(F.lit("NULL or absent primary key column in "), F.to_json(pk)),
-            ),
-        )
-        execs = m["execTs"]
-        exec_ms = F.when(F.abs(execs) < F.lit(100_000_000_000), execs * 1000).otherwise(execs)
-        return finish(
-            staged.select(
-                F.lit(self.name).alias("dialect"),
-                m["db"].alias("database"),
-                # MySQL has no schema level; CloudCanal repeats the database name there (seed 004).
-                F.when(
-                    (m["schema"] != "") & (m["schema"] != F.coalesce(m["db"], F.lit(""))), m["schema"]
-                ).alias("schema"),
-                F.when(m["table"] != "", m["table"]).alias("table"),
-                op_c.alias("op"),
-                F.when(is_ddl, F.col("kind")).alias("ddl_kind"),
-                F.when(is_ddl, m["sql"]).alias("ddl_sql"),
-                F.when(is_ddl, m["tableChanges"]).alias("table_changes"),
-                pk.alias("primary_key"),
-                after.alias("after"),
-                before.alias("before"),
-                types.alias("source_types"),
-                F.array(
-                    F.coalesce(exec_ms, F.lit(0)),
-                    F.coalesce(m["bid"], F.lit(0)),
-                    *seq_tail(F.col("row_index")),
-                ).alias("seq"),
-                epoch_to_timestamp(execs).alias("event_time"),
-                F.concat_ws(
-                    " ",
-                    F.when(execs.isNotNull(), F.format_string("execTs=%d", exec_ms)),
-                    F.when(m["bid"].isNotNull(), F.format_string("bid=%d", m["bid"])),
-                ).alias("position"),
-                F.create_map(
-                    F.lit("sendTs"), m["sendTs"].cast("string"), F.lit("entryType"), m["entryType"]
-                ).alias("meta"),
-                F.col("coordinates").withField("row", F.col("row_index").cast("int")).alias("coordinates"),
-                error.alias("error"),
-                F.when(error.isNotNull(), F.col("raw")).alias("raw"),
+        if is_dml and data:
+            rows: list[Any] = data
+        elif is_dml and op == "delete" and before_rows:
+            rows = before_rows
+        else:
+            rows = [None]
+
+        types, binary = self.source_types(m)
+        pk = self.primary_key(m, is_ddl)
+        exec_ts, bid = _bigint(m.get("execTs")), _bigint(m.get("bid"))
+        exec_ms = None if exec_ts is None else (exec_ts * 1000 if abs(exec_ts) < 100_000_000_000 else exec_ts)
+        position = " ".join(
+            part
+            for part in (
+                None if exec_ms is None else f"execTs={exec_ms}",
+                None if bid is None else f"bid={bid}",
             )
+            if part is not None
         )
+        send_ts = _bigint(m.get("sendTs"))
+        meta = {"sendTs": None if send_ts is None else str(send_ts), "entryType": string(m.get("entryType"))}
+        common: dict[str, Any] = {
+            **ident,
+            "ddl_kind": kind if is_ddl else None,
+            "ddl_sql": string(m.get("sql")) if is_ddl else None,
+            "table_changes": string(m.get("tableChanges")) if is_ddl else None,
+            "primary_key": pk,
+            "source_types": types,
+            "order": (exec_ms or 0, bid or 0),
+            "event_time": epoch_micros(exec_ts),
+            "position": position,
+            "meta": meta,
+        }
+        for index, raw_row in enumerate(rows):
+            row = binary_as_hex(image(raw_row), binary)
+            after: Image | None = None
+            before: Image | None = None
+            if op in ("insert", "update"):
+                after = row
+            if op == "update":
+                # `before` of an UPDATE holds the whole previous row (seed 004); overlaying it on `data` also
+                # gives the whole row if a producer sends changed columns only.
+                old = before_rows[index] if before_rows is not None and index < len(before_rows) else None
+                before = overlay(row, binary_as_hex(image(old), binary))
+            elif op == "delete":
+                before = row
+            failure = error
+            if failure is None and is_dml:
+                key_image = after if after is not None else before
+                if row is None:
+                    failure = "no rows in 'data'"
+                elif not pk:
+                    failure = "missing primary key (pks is empty)"
+                elif any(key_image.get(k) is None for k in pk):  # type: ignore[union-attr, arg-type]
+                    failure = f"NULL or absent primary key column in {to_json(pk)}"
+            if failure is not None:
+                out.fail(at, name, failure, row=index, **ident)
+                continue
+            out.add(at, name, op, after=after, before=before, row=index, **common)
+
+
+def _rows(value: Any) -> list[Any] | None:
+    return value if type(value) is list else None
+
+
+def _bigint(value: Any) -> int | None:
+    """A BIGINT field: a JSON whole number in range, else NULL (as Spark's ``from_json`` read it)."""
+    return value if type(value) is int and -(2**63) <= value < 2**63 else None
+
+
+def _table_changes_pk(changes: Any) -> list[str | None] | None:
+    """``tableChanges`` (an object, or its JSON text) -> ``table.primaryKeyColumnNames``; None when it has
+    none."""
+    if type(changes) is str:
+        try:
+            changes = loads_exact(changes)
+        except ValueError:
+            return None
+    table = changes.get("table") if type(changes) is dict else None
+    names = table.get("primaryKeyColumnNames") if type(table) is dict else None
+    return [string(n) for n in names] if type(names) is list else None

@@ -13,24 +13,28 @@ See docs/dialects.md (drs-json).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+import json
+import re
+from array import array
+from typing import Any, ClassVar
 
-from replicator.dialects.canal_json import MESSAGE_SCHEMA, CanalJson
+import orjson
 
-if TYPE_CHECKING:
-    from pyspark.sql import Column
+from replicator.dialects.canal_json import CanalJson, Image, d_text, epoch_millis, head_text, parameterised
+from replicator.dialects.jsontext import image, string
 
-DRS_SCHEMA = (
-    f"{MESSAGE_SCHEMA}, jobId STRING, shardId STRING, identifier STRING, eventId STRING, "
-    "columnType MAP<STRING, STRING>, dbType STRING, `schema` STRING, opType STRING"
-)
 # Keys canal never writes (seed 003): their presence makes a message surely DRS.
 DRS_ONLY_KEYS = ("jobId", "shardId", "identifier", "eventId", "columnType", "dbType", "opType")
 DRS_TYPES = ("DDL", "INIT", "INIT_DDL")
+META_KEYS = ("jobId", "shardId", "identifier", "eventId", "dbType")
 
-BINARY_TYPE = r"(?i)^\s*(binary|varbinary|tinyblob|blob|mediumblob|longblob|bytea|raw|long raw|image)\b"
-TIMESTAMP_TYPE = r"(?i)^\s*timestamp\s*(\(\s*\d+\s*\))?\s*$"
-EPOCH_TEXT = r"^-?\d{1,12}(\.\d{1,9})?$"
+# Tested once per table's type map (TypeCache), never per value. Java regex semantics, as the Spark decoder
+# had them: ASCII \s and \d.
+BINARY_TYPE = re.compile(
+    r"(?i)^\s*(binary|varbinary|tinyblob|blob|mediumblob|longblob|bytea|raw|long raw|image)\b", re.ASCII
+)
+TIMESTAMP_TYPE = re.compile(r"(?i)^\s*timestamp\s*(\(\s*\d+\s*\))?\s*$", re.ASCII)
+MYSQL_ZERO_TIMESTAMP = "0000-00-00 00:00:00"
 
 # Incremental DDL arrives as type "DDL": its kind comes from the statement's leading words, first match wins.
 # ALTER TABLE ... RENAME [TO|AS] renames the table; RENAME COLUMN/INDEX/KEY/CONSTRAINT is an ALTER.
@@ -45,62 +49,105 @@ DDL_RULES: tuple[tuple[str, str], ...] = (
     (r"^CREATE\s+((GLOBAL\s+|LOCAL\s+)?(TEMPORARY|TEMP)\s+|UNLOGGED\s+)?TABLE\b", "CREATE"),
     (r"^DROP\s+(TEMPORARY\s+)?TABLE\b", "ERASE"),
 )
+# (?s) lets `.` cross newlines in the statement.
+_DDL_PATTERNS = tuple((re.compile(pattern, re.DOTALL | re.ASCII), kind) for pattern, kind in DDL_RULES)
+# Leading blanks and /* ... */ comments do not count; `.` stops at every line terminator, as in Java.
+_LEADING = re.compile(r"^(\s+|/\*[^\n\r\u0085\u2028\u2029]*?\*/)+", re.ASCII)
+_FIRST_VALUE = json.JSONDecoder()
 
 
-def ddl_kind_of(sql: Column) -> Column:
+def ddl_kind_of(sql: str | None) -> str:
     """CREATE/ALTER/RENAME/ERASE/TRUNCATE/CINDEX/DINDEX from a statement's leading words, else QUERY."""
-    from pyspark.sql import functions as F
-
-    # Leading blanks and /* ... */ comments do not count; (?s) lets `.` cross newlines in the statement.
-    head = F.upper(F.regexp_replace(F.coalesce(sql, F.lit("")), r"^(\s+|/\*.*?\*/)+", ""))
-    out = F.lit("QUERY")
-    for pattern, kind in reversed(DDL_RULES):
-        out = F.when(head.rlike(f"(?s){pattern}"), F.lit(kind)).otherwise(out)
-    return out
+    head = _LEADING.sub("", sql or "", count=1).upper()
+    for pattern, kind in _DDL_PATTERNS:
+        if pattern.match(head):
+            return kind
+    return "QUERY"
 
 
-def byte_list_hex(value: Column) -> Column:
-    """``"[106, 103]"`` (Java ``Arrays.toString(byte[])``, signed bytes) -> ``"6a67"``; hex stays hex.
+def byte_list_hex(value: str) -> str:
+    """``"[106, 103]"`` (Java ``Arrays.toString(byte[])``, signed bytes) -> ``"6a67"``; hex stays hex
+    (``\\x`` prefix dropped, lower case).
 
     A malformed list is left as it is so that applying it fails with the column named.
     """
-    from pyspark.sql import functions as F
+    if not value.lstrip(" ").startswith("["):
+        return (value[2:] if value.startswith("\\x") else value).lower()
+    try:
+        items = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        # Spark's from_json read the first JSON value and ignored what follows it.
+        try:
+            items = _FIRST_VALUE.raw_decode(value, len(value) - len(value.lstrip(" ")))[0]
+        except ValueError:
+            return value
+    hex_text = _bytes_hex(items) if type(items) is list else None
+    return value if hex_text is None else hex_text
 
-    items = F.from_json(value, "array<int>")
-    in_range = F.forall(items, lambda x: x.between(-128, 255))
-    listed = F.array_join(F.transform(items, lambda x: F.lpad(F.hex(F.pmod(x, F.lit(256))), 2, "0")), "")
-    is_list = F.ltrim(value).startswith("[")
-    return (
-        F.when(is_list & F.coalesce(in_range, F.lit(False)), F.lower(listed))
-        .when(is_list, value)
-        .otherwise(F.lower(F.regexp_replace(value, r"^\\x", "")))
-    )
+
+def _bytes_hex(items: list[Any]) -> str | None:
+    """Whole numbers in -128..255 (signed or unsigned bytes) -> hex; else ``None``. Tested and converted by
+    C loops (set, min, max, bytes, array): a blob's list has thousands of items."""
+    if not items:
+        return ""
+    if set(map(type, items)) != {int}:
+        return None
+    low, high = min(items), max(items)
+    if low < -128 or high > 255:
+        return None
+    if low >= 0:
+        return bytes(items).hex()
+    if high <= 127:
+        return array("b", items).tobytes().hex()
+    return bytes([x & 0xFF for x in items]).hex()
 
 
-def epoch_iso(value: Column) -> Column:
+def epoch_iso(value: str) -> str | None:
     """Epoch seconds text ``"1624614713.201"`` -> ``"2021-06-25T09:51:53.201Z"`` exactly: integer seconds
     are formatted and the fraction digits are copied (for a negative value: complemented), never through a
-    float. 0 is MySQL's zero TIMESTAMP (its range starts at 1 s), written as ``0000-00-00 00:00:00``."""
-    from pyspark.sql import functions as F
-
+    float. 0 is MySQL's zero TIMESTAMP (its range starts at 1 s), written as ``0000-00-00 00:00:00``.
+    ``None`` when the text is not epoch seconds (``-?\\d{1,12}(\\.\\d{1,9})?``)."""
     negative = value.startswith("-")
-    whole = F.regexp_extract(value, r"^-?(\d+)", 1).try_cast("bigint")
-    digits = F.regexp_extract(value, r"\.(\d+)$", 1)
-    has_frac = F.coalesce(F.regexp_extract(digits, "[1-9]", 0) != "", F.lit(False))
-    scale = F.concat(F.lit("1"), F.repeat(F.lit("0"), F.length(digits))).try_cast("bigint")
-    borrow = negative & has_frac
-    seconds = F.when(negative, -whole).otherwise(whole) - F.when(borrow, 1).otherwise(0)
-    frac = F.when(
-        borrow, F.lpad((scale - digits.try_cast("bigint")).cast("string"), F.length(digits), "0")
-    ).otherwise(digits)
-    instant = F.timestamp_seconds(seconds)
-    iso = F.concat(
-        F.date_format(instant, "yyyy-MM-dd'T'HH:mm:ss"),
-        F.when(F.length(digits) > 0, F.concat(F.lit("."), frac)).otherwise(F.lit("")),
-        # The session zone's offset (UTC in replicator's sessions): the text names the instant either way.
-        F.date_format(instant, "XXX"),
-    )
-    return F.when((whole == 0) & ~has_frac, F.lit("0000-00-00 00:00:00")).otherwise(iso)
+    whole_text, dot, digits = (value[1:] if negative else value).partition(".")
+    if not (len(whole_text) <= 12 and _digits(whole_text)):
+        return None
+    if dot and not (len(digits) <= 9 and _digits(digits)):
+        return None
+    whole = int(whole_text)
+    has_frac = digits.strip("0") != ""
+    if whole == 0 and not has_frac:
+        return MYSQL_ZERO_TIMESTAMP
+    borrow = negative and has_frac
+    seconds = (-whole if negative else whole) - borrow
+    fraction = str(10 ** len(digits) - int(digits)).zfill(len(digits)) if borrow else digits
+    # The session zone was UTC in replicator's sessions: the text names the instant either way.
+    return utc_text(seconds) + (f".{fraction}" if digits else "") + "Z"
+
+
+def _digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()  # "" is not digits
+
+
+def utc_text(seconds: int) -> str:
+    """Epoch seconds as ``yyyy-MM-dd'T'HH:mm:ss`` in UTC, as Spark's ``date_format`` wrote any instant:
+    proleptic Gregorian, a year beyond 9999 with a ``+``, years before 1 astronomical (0000, -0001)."""
+    days, rest = divmod(seconds, 86400)
+    # Howard Hinnant's civil_from_days: days since 1970-01-01 -> year, month, day.
+    era, day_of_era = divmod(days + 719468, 146097)
+    year_of_era = (day_of_era - day_of_era // 1460 + day_of_era // 36524 - day_of_era // 146096) // 365
+    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
+    shifted_month = (5 * day_of_year + 2) // 153
+    day = day_of_year - (153 * shifted_month + 2) // 5 + 1
+    month = shifted_month + 3 if shifted_month < 10 else shifted_month - 9
+    year = year_of_era + era * 400 + (month <= 2)
+    if year > 9999:
+        year_text = f"+{year}"
+    elif year < 0:
+        year_text = f"-{-year:04d}"
+    else:
+        year_text = f"{year:04d}"
+    hours, rest = divmod(rest, 3600)
+    return f"{year_text}-{month:02d}-{day:02d}T{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
 
 
 class DrsJson(CanalJson):
@@ -109,7 +156,6 @@ class DrsJson(CanalJson):
     any_keys: ClassVar[frozenset[str]] = frozenset({"mysqlType", "columnType"})
     forbidden_keys: ClassVar[frozenset[str]] = frozenset()
     ambiguous_with: ClassVar[frozenset[str]] = frozenset({"canal-json"})
-    message_schema: ClassVar[str] = DRS_SCHEMA
     row_ops: ClassVar[dict[str, str]] = {
         "INSERT": "insert",
         "UPDATE": "update",
@@ -121,78 +167,70 @@ class DrsJson(CanalJson):
     delete_image: ClassVar[str] = "old"  # seed 003: "如果是删除,则表示被删除的数据"
     epoch_timestamps: ClassVar[bool] = True  # JSON-C formats them instead
 
-    def disambiguate(self, message: Column, keys: Column) -> Column:
+    def disambiguate(self, message: dict[str, Any]) -> bool:
         """Surely DRS: a DRS-only key, or a DRS-only ``type`` (DDL, INIT, INIT_DDL) without canal's signs
         (Flink's canal-json test data also writes INIT, with parameterised mysqlType)."""
-        from pyspark.sql import functions as F
-
-        head = F.from_json(message, "mysqlType MAP<STRING, STRING>, type STRING")
-        drs_key = F.exists(keys, lambda k: k.isin(*DRS_ONLY_KEYS))
-        parameterised = F.coalesce(
-            F.exists(F.map_values(head["mysqlType"]), lambda t: t.contains("(")), F.lit(False)
-        )
-        canal_sign = parameterised | F.array_contains(keys, "gtid") | F.array_contains(keys, "_tidb")
-        drs_type = F.coalesce(F.upper(head["type"]).isin(*DRS_TYPES), F.lit(False))
-        return drs_key | (drs_type & ~canal_sign)
+        if any(k in message for k in DRS_ONLY_KEYS):
+            return True
+        kind = head_text(message.get("type"))
+        drs_type = kind is not None and kind.upper() in DRS_TYPES
+        canal_sign = parameterised(message.get("mysqlType")) or "gtid" in message or "_tidb" in message
+        return drs_type and not canal_sign
 
     # ---- hooks -------------------------------------------------------------------------------------------
-    def kind(self, m: Column) -> Column:
-        from pyspark.sql import functions as F
+    def kind(self, m: dict[str, Any]) -> str | None:
+        kind = string(m.get("type"))
+        if kind is None:
+            kind = string(m.get("opType"))
+        return None if kind is None else kind.upper()
 
-        return F.upper(F.coalesce(m["type"], m["opType"]))
+    def ddl_kind(self, m: dict[str, Any], kind: str) -> str | None:
+        return kind if kind == "INIT_DDL" else ddl_kind_of(string(m.get("sql")))
 
-    def ddl_kind(self, m: Column, kind: Column) -> Column:
-        from pyspark.sql import functions as F
-
-        return F.when(kind == "INIT_DDL", kind).otherwise(ddl_kind_of(m["sql"]))
-
-    def database(self, m: Column) -> Column:
+    def database(self, m: dict[str, Any]) -> str | None:
         """Oracle sends an empty ``database`` (seed 003: "dbType为Oracle时暂时为空"); its schema names it, as
         JSON-C does ("Oracle数据库填写schema")."""
-        from pyspark.sql import functions as F
+        return string(m.get("database")) or self.schema(m)
 
-        return F.coalesce(F.nullif(m["database"], F.lit("")), F.nullif(m["schema"], F.lit("")))
+    def schema(self, m: dict[str, Any]) -> str | None:
+        return string(m.get("schema")) or None
 
-    def schema(self, m: Column) -> Column:
-        from pyspark.sql import functions as F
-
-        return F.nullif(m["schema"], F.lit(""))
-
-    def source_types(self, m: Column) -> Column:
+    def build_types(self, m: dict[str, Any]) -> Image:
         """``columnType`` as it is, else canal's (mysqlType over jdbc:sqlType)."""
-        from pyspark.sql import functions as F
+        column_types = image(m.get("columnType"))
+        return column_types if column_types is not None else super().build_types(m)
 
-        return F.when(m["columnType"].isNotNull(), m["columnType"]).otherwise(super().source_types(m))
+    def types_key(self, m: dict[str, Any]) -> Any:
+        return (m.get("columnType"), m.get("mysqlType"), m.get("sqlType"))
 
-    def normalize(self, image: Column, types: Column) -> Column:
-        from pyspark.sql import functions as F
+    def column_facts(self, types: Image) -> tuple[frozenset[str], frozenset[str]]:
+        """The columns whose values :meth:`normalize` rewrites, and which of them are binary (byte lists,
+        hex); the others are TIMESTAMP columns (epoch seconds text), when expected."""
+        binary = frozenset(k for k, t in types.items() if t is not None and BINARY_TYPE.search(t))
+        stamps: frozenset[str] = frozenset()
+        if self.epoch_timestamps:
+            stamps = frozenset(k for k, t in types.items() if t is not None and TIMESTAMP_TYPE.search(t))
+        return binary | stamps, binary
 
-        def value(k: Column, v: Column) -> Column:
-            out = F.when(F.coalesce(types[k].rlike(BINARY_TYPE), F.lit(False)), byte_list_hex(v))
-            if self.epoch_timestamps:
-                is_epoch = F.coalesce(types[k].rlike(TIMESTAMP_TYPE), F.lit(False)) & v.rlike(EPOCH_TEXT)
-                out = out.when(is_epoch, epoch_iso(v))
-            return F.when(v.isNull(), v).otherwise(out.otherwise(v))
+    def normalize(self, row: Image | None, types: Image, facts: Any) -> Image | None:
+        rewritten, binary = facts
+        if row is None or not rewritten:
+            return row
+        changed = {}
+        for k in row.keys() & rewritten:
+            v = row[k]
+            if v is not None:
+                changed[k] = byte_list_hex(v) if k in binary else (epoch_iso(v) or v)
+        return {**row, **changed} if changed else row
 
-        return F.transform_values(image, value)
-
-    def position(self, m: Column) -> Column:
+    def position(self, m: dict[str, Any], order: dict[str, int | None]) -> str | None:
         """Full-sync rows carry ``eventId`` (binlog file:pos;GTID set); otherwise the DRS sequence."""
-        from pyspark.sql import functions as F
+        return string(m.get("eventId")) or f"id={d_text(order['id'])} es={d_text(order['es'])}"
 
-        return F.coalesce(F.nullif(m["eventId"], F.lit("")), F.format_string("id=%d es=%d", m["id"], m["es"]))
-
-    def order_key(self, m: Column) -> list[Column]:
+    def order_key(self, m: dict[str, Any], order: dict[str, int | None]) -> tuple[int, ...]:
         """ARCHITECTURE.md: DRS ``id`` (monotonic sequence), then es (ms)."""
-        from pyspark.sql import functions as F
+        return (order["id"] or 0, epoch_millis(order["es"]) or 0)
 
-        es = m["es"]
-        es_ms = F.when(F.abs(es) < F.lit(100_000_000_000), es * 1000).otherwise(es)
-        return [F.coalesce(m["id"], F.lit(0)), F.coalesce(es_ms, F.lit(0))]
-
-    def meta(self, m: Column) -> Column:
-        from pyspark.sql import functions as F
-
-        names = ("ts", "jobId", "shardId", "identifier", "eventId", "dbType")
-        pairs = [x for n in names for x in (F.lit(n), m[n].cast("string"))]
-        return F.map_filter(F.create_map(*pairs), lambda k, v: v.isNotNull() & (v != ""))
+    def meta(self, m: dict[str, Any]) -> Image | None:
+        values = {**(super().meta(m) or {}), **{k: string(m.get(k)) for k in META_KEYS}}
+        return {k: v for k, v in values.items() if v}

@@ -11,64 +11,183 @@ See docs/dialects.md (drs-mongo).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+import json
+import math
+import re
+from decimal import Decimal
+from typing import Any, ClassVar
 
-from replicator.dialects.base import Dialect, epoch_to_timestamp, finish, first_error, seq_tail
+from replicator.dialects.base import Dialect
+from replicator.dialects.events import At, Events, epoch_micros
+from replicator.dialects.jsontext import to_json
+from replicator.dialects.river_canal import string  # jsontext.string, also for integers beyond 64 bits
 
-if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
-
-MESSAGE_SCHEMA = (
-    "id BIGINT, op STRING, dbType STRING, db STRING, coll STRING, value STRING, `where` STRING, "
-    "recordType STRING, extra STRING, es BIGINT, ts BIGINT, clusterTime STRING"
-)
 PATCH_META = "mongo_update"  # replicator.changelog reads it
 PATCH_OPERATORS = ("$set", "$unset")  # what DRS emits (seed 003) and replicator.documents applies
+HELPERS = "ObjectId, ISODate, NumberLong, NumberInt, NumberDecimal, UUID, BinData"
+NOT_JSON = "'{}' is not JSON (after rewriting the shell helpers " + HELPERS + ")"
 
+# The patterns are Java's (the Spark decoder ran them with regexp_replace): ASCII \s and \d, and `.` stops
+# at every line terminator.
+_ANY = r"[^\n\r\u0085\u2028\u2029]"
+JAVA_END = r"(?:\r\n|[\n\r\u0085\u2028\u2029])?\Z"  # Java's `$`: the end, or before a final line terminator
+JSON_BLANKS = " \t\n\r"
 # A JSON string literal, matched possessively (no deep backtracking on long strings).
-_STRING = r'("[^"\\]*+(?:\\.[^"\\]*+)*+")'
+_STRING = r'("[^"\\]*+(?:\\' + _ANY + r'[^"\\]*+)*+")'
 # Shell helpers whose argument is quoted: an unescaped `"` never occurs inside a JSON string, so these
-# cannot match inside one. (pattern, Java replacement)
-_QUOTED_HELPERS: tuple[tuple[str, str], ...] = (
-    (r'ObjectId\(\s*"([0-9a-fA-F]*)"\s*\)', r'{"\$oid":"$1"}'),
-    (r'ISODate\(\s*"([^"\\]*)"\s*\)', r'{"\$date":"$1"}'),
-    (r'NumberDecimal\(\s*"([^"\\]*)"\s*\)', r'{"\$numberDecimal":"$1"}'),
-    (r'UUID\(\s*"([0-9a-fA-F-]*)"\s*\)', r'{"\$uuid":"$1"}'),
-    (r'BinData\(\s*([0-9])\s*,\s*"([A-Za-z0-9+/=]*)"\s*\)', r'{"\$binary":{"base64":"$2","subType":"0$1"}}'),
+# cannot match inside one. (pattern, replacement)
+_QUOTED_HELPERS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern, re.ASCII), replacement)
+    for pattern, replacement in (
+        (r'ObjectId\(\s*"([0-9a-fA-F]*)"\s*\)', r'{"$oid":"\g<1>"}'),
+        (r'ISODate\(\s*"([^"\\]*)"\s*\)', r'{"$date":"\g<1>"}'),
+        (r'NumberDecimal\(\s*"([^"\\]*)"\s*\)', r'{"$numberDecimal":"\g<1>"}'),
+        (r'UUID\(\s*"([0-9a-fA-F-]*)"\s*\)', r'{"$uuid":"\g<1>"}'),
+        (
+            r'BinData\(\s*([0-9])\s*,\s*"([A-Za-z0-9+/=]*)"\s*\)',
+            r'{"$binary":{"base64":"\g<2>","subType":"0\g<1>"}}',
+        ),
+    )
 )
 # NumberLong(5) / NumberInt(5) may occur as text inside a string: string literals are matched first and
-# written back unchanged ($1), a helper becomes its bare number ($2).
-_NUMBER_HELPERS = _STRING + r'|Number(?:Long|Int)\(\s*"?(-?\d+)"?\s*\)'
+# written back unchanged (group 1), a helper becomes its bare number (group 2).
+_NUMBER_HELPERS = re.compile(_STRING + r'|Number(?:Long|Int)\(\s*"?(-?\d+)"?\s*\)', re.ASCII)
 # Compact form (what replicator.documents writes back): whitespace outside strings removed.
-_BLANKS = _STRING + r"|\s+"
+_BLANKS = re.compile(_STRING + r"|\s+", re.ASCII)
 
 
-def shell_to_json(text: Column) -> Column:
+def shell_to_json(text: str | None) -> str | None:
     """Mongo shell text -> compact relaxed Extended JSON text (key order kept)."""
-    from pyspark.sql import functions as F
-
-    out = text
+    if text is None:
+        return None
     for pattern, replacement in _QUOTED_HELPERS:
-        out = F.regexp_replace(out, pattern, replacement)
-    out = F.regexp_replace(out, _NUMBER_HELPERS, "$1$2")
-    return F.regexp_replace(out, _BLANKS, "$1")
+        text = pattern.sub(replacement, text)
+    text = _NUMBER_HELPERS.sub(r"\g<1>\g<2>", text)
+    return _BLANKS.sub(r"\g<1>", text)
 
 
-def document_id(json_text: Column) -> Column:
-    """``_id`` as canonical text: an ObjectId's hex digits, else the JSON text of the value."""
-    from pyspark.sql import functions as F
+# ---- JSON as Spark's VARIANT read and wrote it (parse_json, json_object_keys, to_json) ------------------
 
-    doc = F.try_parse_json(json_text)
-    id_json = F.to_json(F.try_variant_get(doc, "$._id", "variant"))
-    oid = F.try_variant_get(doc, '$._id["$oid"]', "string")
-    only_oid = F.coalesce(F.size(F.json_object_keys(id_json)) == 1, F.lit(False))
-    return F.when(oid.isNotNull() & only_oid, oid).otherwise(id_json)
+
+class _Number(str):
+    """A JSON number, kept as written."""
+
+    __slots__ = ()
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise ValueError("duplicate key")  # parse_json refuses duplicate keys
+    return obj
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)  # NaN, Infinity: not JSON
+
+
+_VARIANT = json.JSONDecoder(
+    object_pairs_hook=_unique, parse_float=_Number, parse_int=_Number, parse_constant=_no_constant
+)
+
+
+def parse_json(text: str | None) -> tuple[bool, Any]:
+    """Spark's ``try_parse_json``: (parsed, value). Jackson reads the first JSON value and ignores what
+    follows it, unless that is glued to a root number or literal (``5x``, ``truex``)."""
+    if text is None:
+        return False, None
+    try:
+        value, end = _VARIANT.raw_decode(text, len(text) - len(text.lstrip(JSON_BLANKS)))
+    except ValueError:
+        return False, None
+    after = text[end : end + 1]
+    if after and type(value) is _Number and after not in JSON_BLANKS:
+        return False, None
+    if after and type(value) in (bool, type(None)) and (after.isalnum() or after in "_$"):
+        return False, None
+    return True, value
+
+
+_JSON_ESCAPES = {i: f"\\u{i:04X}" for i in range(32)} | {
+    ord('"'): '\\"',
+    ord("\\"): "\\\\",
+    8: "\\b",
+    9: "\\t",
+    10: "\\n",
+    12: "\\f",
+    13: "\\r",
+}
+
+
+def _variant_number(text: str) -> str:
+    """A JSON number as a VARIANT holds and writes it: a long; else a decimal of at most 38 digits (38
+    fraction digits), written without trailing zeros (``1.0`` -> ``1``); else a double, as Java writes it."""
+    if "e" not in text and "E" not in text:
+        whole, _, fraction = text.partition(".")
+        digits = (whole + fraction).lstrip("-").lstrip("0")
+        if not fraction and _long(whole) is not None:
+            return str(int(whole))
+        if len(fraction) <= 38 and len(digits) <= 38:
+            fraction = fraction.rstrip("0")
+            if not (whole + fraction).lstrip("-").strip("0"):
+                return "0"
+            return whole + ("." + fraction if fraction else "")
+    return _java_double(float(text))
+
+
+def _java_double(value: float) -> str:
+    """Java's ``Double.toString`` (shortest digits): plain within [1e-3, 1e7), else ``d.dddE<n>``."""
+    if not math.isfinite(value):  # 1e400; a JSON number is never NaN
+        return '"-Infinity"' if value < 0 else '"Infinity"'
+    if value == 0:
+        return repr(value)  # 0.0, -0.0
+    sign = "-" if value < 0 else ""
+    _, numerals, exponent = Decimal(repr(abs(value))).as_tuple()  # the shortest digits
+    if len("".join(map(str, numerals)).strip("0")) == 1:
+        # Java writes at least two digits, the closer pair: 4.9E-324, not 5.0E-324
+        _, numerals, exponent = Decimal(f"{abs(value):.1e}").as_tuple()
+    digits = "".join(map(str, numerals)).rstrip("0")
+    point = len(numerals) + int(exponent)  # the value is 0.<digits> times 10**point
+    if not 1e-3 <= abs(value) < 1e7:
+        return f"{sign}{digits[0]}.{digits[1:] or '0'}E{point - 1}"
+    if point <= 0:
+        return f"{sign}0.{'0' * -point}{digits}"
+    return f"{sign}{digits[:point].ljust(point, '0')}.{digits[point:] or '0'}"
+
+
+def variant_json(value: Any) -> str:
+    """``to_json`` of a VARIANT: compact, object keys sorted (by UTF-16 code units), canonical numbers."""
+    if type(value) is _Number:
+        return _variant_number(value)
+    if type(value) is str:
+        return '"' + value.translate(_JSON_ESCAPES) + '"'
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if type(value) is list:
+        return "[" + ",".join(variant_json(v) for v in value) + "]"
+    keys = sorted(value, key=lambda k: k.encode("utf-16-be", "surrogatepass"))
+    return "{" + ",".join(f"{variant_json(k)}:{variant_json(value[k])}" for k in keys) + "}"
+
+
+def document_id(doc: Any) -> str | None:
+    """``_id`` of a parsed document as canonical text: an ObjectId's hex digits, else the JSON text of the
+    value (``None`` when there is none)."""
+    if type(doc) is not dict or "_id" not in doc:
+        return None
+    value = doc["_id"]
+    if type(value) is dict and len(value) == 1 and value.get("$oid") is not None:
+        oid = value["$oid"]
+        if type(oid) is str:
+            return oid
+        return variant_json(oid)
+    return variant_json(value)
 
 
 class DrsMongo(Dialect):
     name = "drs-mongo"
     required_keys: ClassVar[frozenset[str]] = frozenset({"op", "db", "coll", "recordType"})
-    message_schema: ClassVar[str] = MESSAGE_SCHEMA
     # (op, recordType) -> (contract op, how the row is built); seed 003's table of recordType values.
     record_ops: ClassVar[dict[str, str]] = {
         "INSERT:insert": "insert",
@@ -76,111 +195,123 @@ class DrsMongo(Dialect):
         "UPDATE:update": "patch",
         "DELETE:doc": "delete",
     }
+    contract_ops: ClassVar[dict[str, str]] = {"replace": "update", "patch": "update"}
+    source_types: ClassVar[dict[str, str]] = {"_id": "string", "document": "json"}
+    # clusterTime "seconds:increment"
+    cluster_time: ClassVar[re.Pattern[str]] = re.compile(r"^\s*(\d+):(\d+)\s*" + JAVA_END, re.ASCII)
 
-    def decode_messages(self, messages: DataFrame) -> DataFrame:
-        from pyspark.sql import functions as F
+    def action(self, op: str | None, record_type: str | None) -> str | None:
+        """``ddl``, a ``record_ops`` value, or ``None`` for an unknown pair (``recordType`` falls back to
+        ``extra``: seed 003 says it "一般和recordType保持一致")."""
+        if op is not None and op.upper() == "DDL":
+            return "ddl"
+        parts = [x for x in (op and op.upper(), record_type and record_type.lower()) if x is not None]
+        return self.record_ops.get(":".join(parts))
 
-        parsed = messages.select(
-            "raw", "batch_id", "coordinates", F.from_json("message", self.message_schema).alias("m")
-        )
-        m = F.col("m")
-        record_type = F.lower(F.coalesce(m["recordType"], m["extra"]))
-        pairs = [x for k, v in self.record_ops.items() for x in (F.lit(k), F.lit(v))]
-        action = F.when(F.upper(m["op"]) == "DDL", F.lit("ddl")).otherwise(
-            F.create_map(*pairs)[F.concat_ws(":", F.upper(m["op"]), record_type)]
-        )
-        staged = parsed.select(
-            "raw",
-            "batch_id",
-            "coordinates",
-            "m",
-            action.alias("action"),
-            shell_to_json(m["value"]).alias("value"),
-            shell_to_json(m["where"]).alias("where"),
-        )
-        action_c, value, where = F.col("action"), F.col("value"), F.col("where")
-        doc_id = F.coalesce(F.when(action_c != "patch", document_id(value)), document_id(where))
-        op = (
-            F.when(action_c == "replace", F.lit("update"))
-            .when(action_c == "patch", F.lit("update"))
-            .otherwise(action_c)
-        )
-        is_dml = action_c.isin("insert", "replace", "patch", "delete")
-        after = F.when(
-            action_c.isin("insert", "replace"), F.create_map(F.lit("_id"), doc_id, F.lit("document"), value)
-        ).when(action_c == "patch", F.create_map(F.lit("_id"), doc_id))
-        before = F.when(action_c == "delete", F.create_map(F.lit("_id"), doc_id))
-        keys = F.json_object_keys(value)
-        cluster = F.regexp_extract(F.coalesce(m["clusterTime"], F.lit("")), r"^\s*(\d+):(\d+)\s*$", 0)
-        seconds = F.regexp_extract(m["clusterTime"], r"^\s*(\d+):", 1).try_cast("bigint")
-        increment = F.regexp_extract(m["clusterTime"], r":(\d+)\s*$", 1).try_cast("bigint")
-        helpers = "ObjectId, ISODate, NumberLong, NumberInt, NumberDecimal, UUID, BinData"
-        error = first_error(
-            (m.isNull() | m["op"].isNull(), "wrong shape: no 'op' in the message"),
-            (
-                action_c.isNull(),
-                F.concat(F.lit("unknown op/recordType "), F.to_json(F.array(m["op"], m["recordType"]))),
+    @staticmethod
+    def event_time(m: dict[str, Any]) -> int | None:
+        """``es`` (commit time, ms); ``None`` past the microseconds a timestamp holds (Spark failed there)."""
+        micros = epoch_micros(_bigint(m.get("es")))
+        return micros if micros is not None and -(2**63) <= micros < 2**63 else None
+
+    def decode(self, m: dict[str, Any], at: At, out: Events) -> None:
+        name = self.name
+        op_text = string(m.get("op"))
+        record_type = string(m.get("recordType"))
+        action = self.action(op_text, record_type if record_type is not None else string(m.get("extra")))
+        db = string(m.get("db"))
+        coll = string(m.get("coll"))
+        ident: dict[str, Any] = {"database": db or None, "table": coll or None}
+        is_dml = action is not None and action != "ddl"
+        cluster_text = string(m.get("clusterTime"))
+        cluster = self.cluster_time.match(cluster_text) if cluster_text is not None else None
+        if op_text is None:
+            out.fail(at, name, "wrong shape: no 'op' in the message", **ident)
+            return
+        if action is None:
+            out.fail(at, name, f"unknown op/recordType {to_json([op_text, record_type])}", **ident)
+            return
+        if not db:
+            out.fail(at, name, "missing db", **ident)
+            return
+        if is_dml and not coll:
+            out.fail(at, name, "missing coll", **ident)
+            return
+        if cluster is None:
+            out.fail(at, name, "missing or malformed clusterTime (expected 'seconds:increment')", **ident)
+            return
+        value = shell_to_json(string(m.get("value")))
+        where = shell_to_json(string(m.get("where")))
+        value_ok, value_doc = parse_json(value)
+        where_ok, where_doc = parse_json(where)
+        if is_dml and action != "delete" and not value_ok:
+            out.fail(at, name, NOT_JSON.format("value"), **ident)
+            return
+        if action == "patch" and where is not None and not where_ok:
+            out.fail(at, name, NOT_JSON.format("where"), **ident)
+            return
+        keys = list(value_doc) if type(value_doc) is dict else None
+        if action in ("insert", "replace") and keys is None:
+            out.fail(at, name, "'value' is not a JSON object", **ident)
+            return
+        if action == "patch" and not (keys and all(k in PATCH_OPERATORS for k in keys)):
+            error = f"unsupported update spec keys {to_json(keys or [])} (only $set and $unset)"
+            out.fail(at, name, error, **ident)
+            return
+        doc_id = document_id(value_doc) if action != "patch" else None
+        if doc_id is None:
+            doc_id = document_id(where_doc)
+        if is_dml and doc_id is None:
+            out.fail(at, name, "missing _id (in 'value', or 'where' for updates)", **ident)
+            return
+        ts = _bigint(m.get("ts"))
+        meta = {"ts": None if ts is None else str(ts), PATCH_META: value if action == "patch" else None}
+        common: dict[str, Any] = {
+            **ident,
+            "order": (
+                _long(cluster.group(1)) or 0,
+                _long(cluster.group(2)) or 0,
+                _bigint(m.get("id")) or 0,
             ),
-            (F.coalesce(m["db"], F.lit("")) == "", "missing db"),
-            (is_dml & (F.coalesce(m["coll"], F.lit("")) == ""), "missing coll"),
-            (cluster == "", "missing or malformed clusterTime (expected 'seconds:increment')"),
-            (
-                is_dml & (action_c != "delete") & F.try_parse_json(value).isNull(),
-                f"'value' is not JSON (after rewriting the shell helpers {helpers})",
-            ),
-            (
-                is_dml & (action_c == "patch") & where.isNotNull() & F.try_parse_json(where).isNull(),
-                f"'where' is not JSON (after rewriting the shell helpers {helpers})",
-            ),
-            (is_dml & action_c.isin("insert", "replace") & keys.isNull(), "'value' is not a JSON object"),
-            (
-                (action_c == "patch")
-                & ~F.coalesce(
-                    (F.size(keys) > 0) & F.forall(keys, lambda k: k.isin(*PATCH_OPERATORS)), F.lit(False)
-                ),
-                F.concat(
-                    F.lit("unsupported update spec keys "),
-                    F.to_json(F.coalesce(keys, F.array().cast("array<string>"))),
-                    F.lit(" (only $set and $unset)"),
-                ),
-            ),
-            (is_dml & doc_id.isNull(), "missing _id (in 'value', or 'where' for updates)"),
+            "event_time": self.event_time(m),
+            "position": cluster_text,
+            "meta": {k: v for k, v in meta.items() if v is not None},
+        }
+        if action == "ddl":
+            # DDL on a collection changes no mirror column: recorded, nothing to alter.
+            ddl_sql = string(m.get("value"))
+            ddl_sql = ddl_sql if ddl_sql is not None else string(m.get("where"))
+            out.add(at, name, "ddl", ddl_kind="QUERY", ddl_sql=ddl_sql, **common)
+            return
+        after: dict[str, str | None] | None = None
+        before: dict[str, str | None] | None = None
+        if action in ("insert", "replace"):
+            after = {"_id": doc_id, "document": value}
+        elif action == "patch":
+            after = {"_id": doc_id}
+        else:
+            before = {"_id": doc_id}
+        op = self.contract_ops.get(action, action)
+        out.add(
+            at,
+            name,
+            op,
+            primary_key=["_id"],
+            after=after,
+            before=before,
+            source_types=self.source_types,
+            **common,
         )
-        meta = F.map_filter(
-            F.create_map(
-                F.lit("ts"),
-                m["ts"].cast("string"),
-                F.lit(PATCH_META),
-                F.when(action_c == "patch", value),
-            ),
-            lambda k, v: v.isNotNull(),
-        )
-        return finish(
-            staged.select(
-                F.lit(self.name).alias("dialect"),
-                F.nullif(m["db"], F.lit("")).alias("database"),
-                F.nullif(m["coll"], F.lit("")).alias("table"),
-                op.alias("op"),
-                # DDL on a collection changes no mirror column: recorded, nothing to alter.
-                F.when(action_c == "ddl", F.lit("QUERY")).alias("ddl_kind"),
-                F.when(action_c == "ddl", F.coalesce(m["value"], m["where"])).alias("ddl_sql"),
-                F.when(is_dml, F.array(F.lit("_id"))).alias("primary_key"),
-                after.alias("after"),
-                before.alias("before"),
-                F.when(
-                    is_dml, F.create_map(F.lit("_id"), F.lit("string"), F.lit("document"), F.lit("json"))
-                ).alias("source_types"),
-                F.array(
-                    F.coalesce(seconds, F.lit(0)),
-                    F.coalesce(increment, F.lit(0)),
-                    F.coalesce(m["id"], F.lit(0)),
-                    *seq_tail(F.lit(0)),
-                ).alias("seq"),
-                epoch_to_timestamp(m["es"]).alias("event_time"),
-                m["clusterTime"].alias("position"),
-                meta.alias("meta"),
-                F.col("coordinates").withField("row", F.lit(0)).alias("coordinates"),
-                error.alias("error"),
-                F.when(error.isNotNull(), F.col("raw")).alias("raw"),
-            )
-        )
+
+
+def _bigint(value: Any) -> int | None:
+    """A BIGINT field as Spark's ``from_json`` read it: a JSON whole number that fits in 64 bits, else
+    ``None``."""
+    return value if type(value) is int and -(2**63) <= value < 2**63 else None
+
+
+def _long(digits: str) -> int | None:
+    """Digits (``-`` allowed) cast to BIGINT: ``None`` on overflow."""
+    return (
+        int(digits) if len(digits.lstrip("-").lstrip("0")) <= 19 and -(2**63) <= int(digits) < 2**63 else None
+    )

@@ -3,8 +3,8 @@
 Binary, so not detectable: pin ``source.dialect: dts-avro`` and name Aliyun's schema file in
 ``source.avro_schema`` (the project does not redistribute it). A raw record is one plain Avro datum (a Kafka
 value, or one line of a ``*.b64`` file) or a whole object container file (``*.avro``, magic ``Obj\\x01``).
-Decoding runs in Python with fastavro, one call per Arrow batch (``DataFrame.mapInArrow``); everything
-below ``decode_records`` runs on the executors. Value encodings: notes/ENCODINGS.md §5.
+Each raw record is read with fastavro (:meth:`DtsAvro.decode_raw`), the schema parsed once per dialect
+instance. Value encodings: notes/ENCODINGS.md §5.
 """
 
 from __future__ import annotations
@@ -13,18 +13,15 @@ import datetime as dt
 import io
 import json
 import re
-from functools import partial
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from replicator.dialects.base import Dialect
-from replicator.model import DECODED_DDL
+from replicator.dialects.base import DecodeOptions, Dialect
+from replicator.dialects.events import At, Events, epoch_micros
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-
-    import pyarrow as pa
-    from pyspark.sql import DataFrame
 
 SCHEMA_KEY = "source.avro_schema"
 NAMESPACE = "com.alibaba.dts.formats.avro"
@@ -175,51 +172,42 @@ class DtsAvro(Dialect):
     detectable = False
     row_ops: ClassVar[dict[str, str]] = ROW_OPS
 
-    def decode_records(self, records: DataFrame) -> DataFrame:
-        from pyspark.sql.pandas.types import to_arrow_schema
-        from pyspark.sql.types import StructType, _parse_datatype_string
+    def __init__(self, options: DecodeOptions | None = None) -> None:
+        super().__init__(options)
+        self._parsed: Any = None  # fastavro's parsed Record schema, read once per instance when needed
 
-        if self.options.avro_schema is None:
-            raise ValueError(
-                f"dialect dts-avro needs the DTS Avro schema file: set {SCHEMA_KEY} in the job file "
-                "(Aliyun's Record.avsc)"
-            )
-        schema = load_record_schema(self.options.avro_schema)
-        arrow_schema = to_arrow_schema(cast(StructType, _parse_datatype_string(DECODED_DDL)), timezone="UTC")
-        return records.mapInArrow(
-            partial(decode_batches, schema=schema, arrow_schema=arrow_schema, dialect=self.name), DECODED_DDL
-        )
+    def check(self) -> None:
+        """The schema file is a job-file prerequisite: missing or unreadable, the job stops before any
+        batch."""
+        self.parsed_schema()
 
+    def parsed_schema(self) -> Any:
+        import fastavro
 
-# ---- executor side ----------------------------------------------------------------------------------------
+        if self._parsed is None:
+            if self.options.avro_schema is None:
+                raise ValueError(
+                    f"dialect dts-avro needs the DTS Avro schema file: set {SCHEMA_KEY} in the job file "
+                    "(Aliyun's Record.avsc)"
+                )
+            self._parsed = fastavro.parse_schema(load_record_schema(self.options.avro_schema))
+        return self._parsed
 
-
-def decode_batches(
-    batches: Iterator[pa.RecordBatch], *, schema: dict[str, Any], arrow_schema: pa.Schema, dialect: str
-) -> Iterator[pa.RecordBatch]:
-    """Raw records -> decoded events, one output batch per input batch; the schema is parsed once."""
-    import fastavro
-    import pyarrow as pa
-
-    parsed = fastavro.parse_schema(schema)
-    for batch in batches:
-        rows: list[dict[str, Any]] = []
-        for raw, batch_id, coordinates in zip(
-            *(batch.column(n).to_pylist() for n in ("raw", "batch_id", "coordinates")), strict=True
-        ):
-            for record, coords, datum, error in read_records(raw, parsed, coordinates):
-                rows.append(to_event(record, coords, batch_id, datum, error, dialect))
-        yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
+    def decode_raw(self, raw: bytes | None, at: At, out: Events) -> None:
+        """One raw record: a plain datum, or a container file whose records get index 0, 1, ..."""
+        for record, record_at, error in read_records(raw, self.parsed_schema(), at):
+            add_event(out, record, record_at, error, self.name)
 
 
 def read_records(
-    raw: bytes | None, parsed: Any, coordinates: dict[str, Any]
-) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any], bytes | None, str | None]]:
-    """(record, coordinates, the record's own bytes, error) for each record of one raw record."""
+    raw: bytes | None, parsed: Any, at: At
+) -> Iterator[tuple[dict[str, Any] | None, At, str | None]]:
+    """(record, where it is, error) for each record of one raw record; ``At.raw`` is the record's own bytes
+    (a container file's record re-encoded as a plain datum)."""
     import fastavro
 
     if not raw:
-        yield None, coordinates, raw, "empty record: no Avro datum"
+        yield None, at, "empty record: no Avro datum"
         return
     if raw.startswith(CONTAINER_MAGIC):
         index = 0  # of the record being read: a failure is reported at its index
@@ -229,30 +217,29 @@ def read_records(
             for record in reader:
                 datum = io.BytesIO()
                 fastavro.schemaless_writer(datum, writer_schema, _unnamed(record))
-                yield cast(dict, record), {**coordinates, "index": index}, datum.getvalue(), None
+                yield cast(dict, record), replace(at, index=index, raw=datum.getvalue()), None
                 index += 1
         except Exception as exc:
-            yield None, {**coordinates, "index": index}, raw, f"not a DTS Avro container file: {exc}"
+            yield None, replace(at, index=index), f"not a DTS Avro container file: {exc}"
         return
     stream = io.BytesIO(raw)
     try:
         record = fastavro.schemaless_reader(stream, parsed, None, return_named_type=True)
     except Exception as exc:
-        yield None, coordinates, raw, f"not a DTS Avro record ({SCHEMA_KEY}): {type(exc).__name__}: {exc}"
+        yield None, at, f"not a DTS Avro record ({SCHEMA_KEY}): {type(exc).__name__}: {exc}"
         return
     left = len(raw) - stream.tell()
     if left:
         yield (
             None,
-            coordinates,
-            raw,
+            at,
             (
                 f"not a DTS Avro record: {left} bytes left after the record; does {SCHEMA_KEY} match the "
                 "producer's schema version (14 or 15 fields)?"
             ),
         )
         return
-    yield cast(dict, record), coordinates, raw, None
+    yield cast(dict, record), at, None
 
 
 def _unnamed(value: Any) -> Any:
@@ -266,40 +253,33 @@ def _unnamed(value: Any) -> Any:
     return value
 
 
-def to_event(
-    record: dict[str, Any] | None,
-    coordinates: dict[str, Any],
-    batch_id: int | None,
-    datum: bytes | None,
-    error: str | None,
-    dialect: str,
-) -> dict[str, Any]:
-    out: dict[str, Any] = {"dialect": dialect, "coordinates": coordinates}
-    tail = [batch_id, coordinates.get("partition"), coordinates.get("offset"), coordinates.get("index"), 0]
-    if record is not None:
-        try:
-            _fill(out, record)
-        except ValueProblem as exc:
-            error = str(exc)
-        out["seq"] = [record.get("id"), *tail]
-    if error is not None:
-        out["error"], out["raw"] = error, datum
-    return out
+def add_event(out: Events, record: dict[str, Any] | None, at: At, error: str | None, dialect: str) -> None:
+    """One Record (or a record that could not be read) -> one row of ``out``."""
+    if record is None:
+        out.fail(at, dialect, error or "no record")
+        return
+    event: dict[str, Any] = {}
+    try:
+        _fill(event, record)
+    except ValueProblem as exc:
+        get = event.get
+        out.fail(at, dialect, str(exc), database=get("database"), schema=get("schema"), table=get("table"))
+        return
+    order: Any = (record.get("id"),)  # Record.id; the only ordering key DTS gives
+    out.add(at, dialect, event.pop("op"), order=order, **event)
 
 
 def _fill(out: dict[str, Any], record: dict[str, Any]) -> None:
-    """Map one Record onto the event columns of ``out``; raises ValueProblem for a dead letter."""
+    """Map one Record onto the keyword arguments of :meth:`Events.add` in ``out``; raises ValueProblem for
+    a dead letter."""
     operation = str(record.get("operation"))
     source = record.get("source") or {}
     source_type = str(source.get("sourceType"))
-    seconds = record.get("sourceTimestamp")
-    if seconds is not None:
-        # Seconds (Record.avsc; the SDK), tolerating milliseconds as base.epoch_to_timestamp does.
-        millis = seconds * 1000 if abs(seconds) < 100_000_000_000 else seconds
-        out["event_time"] = _EPOCH + dt.timedelta(milliseconds=millis)
+    # Seconds (Record.avsc; the SDK), tolerating milliseconds as events.epoch_micros does.
+    out["event_time"] = epoch_micros(record.get("sourceTimestamp"))
     out["position"] = record.get("sourcePosition") or f"id={record.get('id')}"
-    out["meta"] = [
-        (k, str(v))
+    out["meta"] = {
+        k: str(v)
         for k, v in (
             ("sourceType", source_type),
             ("sourceTxid", record.get("sourceTxid")),
@@ -308,7 +288,7 @@ def _fill(out: dict[str, Any], record: dict[str, Any]) -> None:
             ("id", record.get("id")),
         )
         if v not in (None, "")
-    ]
+    }
     out.update(_names(record.get("objectName"), source_type))
 
     if operation in FILTERED_OPS:
@@ -345,7 +325,7 @@ def _fill(out: dict[str, Any], record: dict[str, Any]) -> None:
     out["source_types"] = _source_types(fields, hints, source_type in MYSQL_SOURCES)
     if not primary_key:
         raise ValueProblem("missing primary key (tags.pk_uk_info has no PRIMARY)")
-    key_image = dict(images.get("after") or images.get("before") or [])
+    key_image = images.get("after") or images.get("before") or {}
     if any(key_image.get(k) is None for k in primary_key):
         raise ValueProblem(f"NULL or absent primary key column in {json.dumps(primary_key)}")
 
@@ -382,12 +362,12 @@ def _primary_key(tags: dict[str, str]) -> list[str]:
 
 def _image(
     values: Any, fields: list[dict[str, Any]], side: str, hints: dict[str, list[tuple[str, Any]]]
-) -> list[tuple[str, str | None]]:
+) -> dict[str, str | None]:
     if not isinstance(values, list):
         raise ValueProblem(f"wrong shape: no {side}Images list")
     if len(values) != len(fields):
         raise ValueProblem(f"wrong shape: {len(fields)} fields but {len(values)} values in {side}Images")
-    image = []
+    image = {}
     for field, value in zip(fields, values, strict=True):
         name = field["name"]
         try:
@@ -397,7 +377,7 @@ def _image(
         if hint is not None:
             hints.setdefault(name, []).append(hint)
         if text is not NONE:
-            image.append((name, text))
+            image[name] = text
     return image
 
 
@@ -501,10 +481,8 @@ def _offset(zone: str, local: dict[str, Any]) -> str:
 
 def _source_types(
     fields: list[dict[str, Any]], hints: dict[str, list[tuple[str, Any]]], mysql: bool
-) -> list[tuple[str, str]]:
-    return [
-        (f["name"], _source_type(f.get("dataTypeNumber"), hints.get(f["name"], []), mysql)) for f in fields
-    ]
+) -> dict[str, str]:
+    return {f["name"]: _source_type(f.get("dataTypeNumber"), hints.get(f["name"], []), mysql) for f in fields}
 
 
 def _source_type(number: int | None, hints: list[tuple[str, Any]], mysql: bool) -> str:

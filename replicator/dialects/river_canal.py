@@ -9,31 +9,62 @@ Order: binlog file number, then offset (ARCHITECTURE.md). See docs/dialects.md (
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+import re
+from typing import Any, ClassVar
 
-from replicator.dialects.base import Dialect, epoch_to_timestamp, finish, first_error, seq_tail
-from replicator.dialects.canal_json import binary_as_hex
+from replicator.dialects import jsontext
+from replicator.dialects.base import Dialect
+from replicator.dialects.canal_json import TypeCache, binary_as_hex, is_binary_type
+from replicator.dialects.events import At, Events, epoch_micros
+from replicator.dialects.jsontext import Num, to_json
 
-if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+Image = dict[str, str | None]
 
-# Scalars are read as text and cast with try_cast, so that one odd field (a quoted number) does not
-# null the whole message; `null` is a JSON key of the column objects (seed 000, table 2).
-MESSAGE_SCHEMA = (
-    "binlog STRING, time STRING, canalTime STRING, db STRING, `table` STRING, event STRING, "
-    "columns ARRAY<STRUCT<n: STRING, t: STRING, v: STRING, `null`: BOOLEAN, updated: BOOLEAN, "
-    "origin_val: STRING>>, keys ARRAY<STRING>"
+# "6816@mysql-bin.000070" (seed 000): offset, then the binlog file whose name ends in its number. Java
+# regex semantics, as the Spark decoder had them: ASCII \d and \s, `.` stops at every line terminator, `$`
+# is the end or before a final line terminator.
+BINLOG_RE = re.compile(
+    r"^\s*(\d+)@([^\n\r\u0085\u2028\u2029]*\.(\d+))\s*(?:\r\n|[\n\r\u0085\u2028\u2029])?\Z", re.ASCII
 )
+EPOCH_LIMIT = 10**14  # larger |ms| values are not times
+WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
+BLANKS = "".join(map(chr, range(33)))  # what Spark trims before casting text to a number
 
-# "6816@mysql-bin.000070" (seed 000): offset, then the binlog file whose name ends in its number.
-BINLOG_RE = r"^\s*(\d+)@(.*\.(\d+))\s*$"
-EPOCH_LIMIT = 10**14  # larger |ms| values are not times (and would overflow under ANSI mode)
+
+def bigint(value: str | None) -> int | None:
+    """Text -> a 64-bit integer, or ``None`` (Spark's ``try_cast(... AS BIGINT)``: surrounding blanks
+    ignored, no fraction, no exponent, no overflow)."""
+    if value is None:
+        return None
+    stripped = value.strip(BLANKS)
+    if not WHOLE_NUMBER.fullmatch(stripped) or len(stripped.lstrip("+-").lstrip("0")) > 19:
+        return None
+    number = int(stripped)
+    return number if -(2**63) <= number < 2**63 else None
 
 
-def _bounded(value: Column) -> Column:
-    from pyspark.sql import functions as F
+def string(value: Any) -> str | None:
+    """``jsontext.string``, also for a nested object or array holding an integer beyond 64 bits (which
+    ``jsontext.dumps`` cannot write: orjson refuses such integers, so they go as :class:`Num` text)."""
+    try:
+        return jsontext.string(value)
+    except TypeError:
+        return jsontext.string(_big_ints_as_text(value))
 
-    return F.when(value.between(-EPOCH_LIMIT, EPOCH_LIMIT), value)
+
+def _big_ints_as_text(value: Any) -> Any:
+    if type(value) is int and not -(2**63) <= value < 2**64:
+        return Num(value)
+    if type(value) is dict:
+        return {k: _big_ints_as_text(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_big_ints_as_text(v) for v in value]
+    return value
+
+
+def flag(value: Any) -> bool:
+    """A column object's ``null`` / ``updated`` flag: absent (or not a JSON boolean) is false."""
+    return value is True
 
 
 class RiverCanal(Dialect):
@@ -41,124 +72,101 @@ class RiverCanal(Dialect):
     required_keys: ClassVar[frozenset[str]] = frozenset({"binlog", "db", "table", "event", "columns"})
     ops: ClassVar[dict[str, str]] = {"i": "insert", "u": "update", "d": "delete"}
 
-    def decode_messages(self, messages: DataFrame) -> DataFrame:
-        from pyspark.sql import functions as F
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        self.type_cache = TypeCache()
 
-        parsed = messages.select(
-            "raw",
-            "batch_id",
-            "coordinates",
-            F.from_json("message", MESSAGE_SCHEMA).alias("m"),
-            F.expr("json_object_keys(message)").alias("keys"),
+    def decode(self, m: dict[str, Any], at: At, out: Events) -> None:
+        name = self.name
+        db = string(m.get("db"))
+        table = string(m.get("table")) or None
+        ident: dict[str, Any] = {"database": db, "table": table}
+        event = string(m.get("event"))
+        op = None if event is None else self.ops.get(event.strip(" ").lower())
+        binlog = string(m.get("binlog"))
+        found = BINLOG_RE.match(binlog) if binlog is not None else None
+        offset = bigint(found.group(1)) if found else None
+        file_no = bigint(found.group(3)) if found else None
+        # A null column has no name; a column that is neither null nor an object voids `columns`.
+        columns = m.get("columns")
+        if type(columns) is not list or any(c is not None and type(c) is not dict for c in columns):
+            columns = []
+        columns = [c if c is not None else {} for c in columns]
+        names = [string(c.get("n")) for c in columns]
+        keys = m.get("keys")
+        pk = list(dict.fromkeys(string(k) for k in keys)) if type(keys) is list else []
+        if event is None:
+            out.fail(at, name, "wrong shape: no 'event' in the message", **ident)
+            return
+        if op is None:
+            out.fail(at, name, f"unknown event {to_json([event])} (expected i, u or d)", **ident)
+            return
+        if not db:
+            out.fail(at, name, "missing db", **ident)
+            return
+        if not table:
+            out.fail(at, name, "missing table", **ident)
+            return
+        if offset is None or file_no is None:
+            error = f"malformed binlog {to_json([binlog])}: expected offset@file.NNNNNN"
+            out.fail(at, name, error, **ident)
+            return
+        if not columns:
+            out.fail(at, name, "no columns in 'columns'", **ident)
+            return
+        if not all(names) or len(set(names)) != len(names):
+            out.fail(at, name, "a column in 'columns' has no name or a duplicate name ('n')", **ident)
+            return
+        named: dict[str, dict[str, Any]] = dict(zip(names, columns, strict=True))  # type: ignore[arg-type]
+        types, binary = self.type_cache.get(
+            (db, table),
+            [(n, c.get("t")) for n, c in named.items()],
+            lambda: self.types(named),
+            is_binary_type,
         )
-        m = F.col("m")
-        cols = m["columns"]
-        names = F.transform(cols, lambda c: c["n"])
-        good_columns = (
-            (F.size(cols) > 0)
-            & F.forall(names, lambda n: n.isNotNull() & (n != ""))
-            & (F.size(F.array_distinct(names)) == F.size(names))
+        after, before = self.images(op, named, binary)
+        if not pk:
+            out.fail(at, name, "missing primary key (keys is empty)", **ident)
+            return
+        key_image = after if after is not None else before
+        if any(key_image.get(k) is None for k in pk):  # type: ignore[union-attr, arg-type]
+            out.fail(at, name, f"NULL or absent primary key column in {to_json(pk)}", **ident)
+            return
+        time_ms = bigint(string(m.get("time")))
+        canal_ms = bigint(string(m.get("canalTime")))
+        meta = {"canalTime": None if canal_ms is None else str(canal_ms), "binlog": binlog}
+        out.add(
+            at,
+            name,
+            op,
+            primary_key=pk,  # type: ignore[arg-type]
+            after=after,
+            before=before,
+            source_types=types,
+            order=(file_no, offset),
+            event_time=epoch_micros(time_ms if time_ms is not None and abs(time_ms) <= EPOCH_LIMIT else None),
+            position=f"{found.group(2)}:{offset}",  # type: ignore[union-attr]
+            meta={k: v for k, v in meta.items() if v is not None},
+            **ident,
         )
-        is_null = lambda c: F.coalesce(c["null"], F.lit(False))  # noqa: E731
+
+    @staticmethod
+    def types(named: dict[str, dict[str, Any]]) -> Image:
+        """``t`` of every column that has one, verbatim (``bigint(20) unsigned``)."""
+        types = {n: string(c.get("t")) for n, c in named.items()}
+        return {n: t for n, t in types.items() if t is not None}
+
+    @staticmethod
+    def images(op: str, named: dict[str, dict[str, Any]], binary: frozenset[str]) -> tuple[Image | None, ...]:
+        """(after, before) of the row; binary columns' ISO-8859-1 text as hex (canal's encoding)."""
         # After image: `v`, or SQL NULL when the column's `null` flag is set.
-        new_values = F.transform(cols, lambda c: F.when(~is_null(c), c["v"]))
+        new = {n: None if flag(c.get("null")) else string(c.get("v")) for n, c in named.items()}
+        image = binary_as_hex(new, binary)
+        if op == "insert":
+            return image, None
+        if op == "delete":
+            return None, image  # on delete, `v` is the deleted row (seed 000, table 2)
         # Before image of an update: `origin_val` on updated columns (absent = NULL: GSON omits null
-        # fields), the unchanged value elsewhere. On delete, `v` is the deleted row (seed 000, table 2).
-        old_values = F.transform(
-            cols,
-            lambda c: F.when(F.coalesce(c["updated"], F.lit(False)), c["origin_val"]).when(
-                ~is_null(c), c["v"]
-            ),
-        )
-        types = F.when(
-            good_columns,
-            F.map_filter(
-                F.map_from_arrays(names, F.transform(cols, lambda c: c["t"])), lambda k, v: v.isNotNull()
-            ),
-        )
-        image = F.when(good_columns, binary_as_hex(F.map_from_arrays(names, new_values), types))
-        old_image = F.when(good_columns, binary_as_hex(F.map_from_arrays(names, old_values), types))
-
-        event = F.lower(F.trim(m["event"]))
-        op_map = F.create_map(*[x for k, v in self.ops.items() for x in (F.lit(k), F.lit(v))])
-        op = op_map[event]
-        binlog = m["binlog"]
-        offset = F.regexp_extract(binlog, BINLOG_RE, 1).try_cast("bigint")
-        file = F.regexp_extract(binlog, BINLOG_RE, 2)
-        file_no = F.regexp_extract(binlog, BINLOG_RE, 3).try_cast("bigint")
-        pk = F.array_distinct(F.coalesce(m["keys"], F.array().cast("array<string>")))
-        staged = parsed.select(
-            "raw",
-            "batch_id",
-            "coordinates",
-            "keys",
-            "m",
-            op.alias("op"),
-            F.when(op.isin("insert", "update"), image).alias("after"),
-            F.when(op == "update", old_image).when(op == "delete", image).alias("before"),
-            types.alias("types"),
-            offset.alias("offset"),
-            file.alias("file"),
-            file_no.alias("file_no"),
-            pk.alias("pk"),
-        )
-        op_c, pk_c = F.col("op"), F.col("pk")
-        key_image = F.coalesce(F.col("after"), F.col("before"))
-        error = first_error(
-            (F.col("keys").isNull(), "not a JSON object: a message must be an object"),
-            (m["event"].isNull(), "wrong shape: no 'event' in the message"),
-            (
-                op_c.isNull(),
-                F.concat(
-                    F.lit("unknown event "), F.to_json(F.array(m["event"])), F.lit(" (expected i, u or d)")
-                ),
-            ),
-            (F.coalesce(m["db"], F.lit("")) == "", "missing db"),
-            (F.coalesce(m["table"], F.lit("")) == "", "missing table"),
-            (
-                F.col("offset").isNull() | F.col("file_no").isNull(),
-                F.concat(
-                    F.lit("malformed binlog "),
-                    F.to_json(F.array(binlog)),
-                    F.lit(": expected offset@file.NNNNNN"),
-                ),
-            ),
-            (F.coalesce(F.size(cols), F.lit(0)) <= 0, "no columns in 'columns'"),
-            (~good_columns, "a column in 'columns' has no name or a duplicate name ('n')"),
-            (F.size(pk_c) == 0, "missing primary key (keys is empty)"),
-            (
-                F.exists(pk_c, lambda k: key_image[k].isNull()),
-                F.concat(F.lit("NULL or absent primary key column in "), F.to_json(pk_c)),
-            ),
-        )
-        time_ms = _bounded(m["time"].try_cast("bigint"))
-        canal_ms = m["canalTime"].try_cast("bigint")
-        return finish(
-            staged.select(
-                F.lit(self.name).alias("dialect"),
-                m["db"].alias("database"),
-                F.when(m["table"] != "", m["table"]).alias("table"),
-                op_c.alias("op"),
-                pk_c.alias("primary_key"),
-                "after",
-                "before",
-                F.coalesce(F.col("types"), F.create_map().cast("map<string,string>")).alias("source_types"),
-                F.array(
-                    F.coalesce(F.col("file_no"), F.lit(0)),
-                    F.coalesce(F.col("offset"), F.lit(0)),
-                    *seq_tail(F.lit(0)),
-                ).alias("seq"),
-                epoch_to_timestamp(time_ms).alias("event_time"),
-                F.when(
-                    F.col("offset").isNotNull(),
-                    F.concat_ws(":", F.col("file"), F.col("offset").cast("string")),
-                ).alias("position"),
-                F.map_filter(
-                    F.create_map(F.lit("canalTime"), canal_ms.cast("string"), F.lit("binlog"), binlog),
-                    lambda k, v: v.isNotNull(),
-                ).alias("meta"),
-                F.col("coordinates").withField("row", F.lit(0)).alias("coordinates"),
-                error.alias("error"),
-                F.when(error.isNotNull(), F.col("raw")).alias("raw"),
-            )
-        )
+        # fields), the unchanged value elsewhere.
+        old = {n: string(c.get("origin_val")) if flag(c.get("updated")) else new[n] for n, c in named.items()}
+        return image, binary_as_hex(old, binary)

@@ -24,28 +24,28 @@ SURELY_DRS = (
 
 
 @pytest.mark.parametrize("case", params("drs-json"))
-def test_golden(spark, case):
-    check_golden(spark, case, "drs-json")
+def test_golden(case):
+    check_golden(case, "drs-json")
 
 
 @pytest.mark.parametrize("name", SURELY_DRS)
-def test_auto_detection_decodes_surely_drs(spark, name):
+def test_auto_detection_decodes_surely_drs(name):
     path = next(p for p in FOLDER.iterdir() if p.stem == name and not p.name.endswith(".expected.json"))
-    check_golden(spark, path, "auto")
+    check_golden(path, "auto")
 
 
-def test_auto_detection_refuses_to_guess_canal_look_alike(spark):
+def test_auto_detection_refuses_to_guess_canal_look_alike():
     """Seed 003's incremental UPDATE has only keys canal also has and bare types: a dead letter asking to
     pin the dialect, never a silent guess."""
-    events = event_records(decode_path(spark, FOLDER / "seed003-mysql-update.json", "auto"))
+    events = event_records(decode_path(FOLDER / "seed003-mysql-update.json", "auto"))
     assert len(events) == 1
     error = events[0]["error"]
     assert error.startswith("ambiguous message format")
     assert "canal-json" in error and "drs-json" in error and "pin source.dialect" in error
 
 
-def test_meta_carries_full_sync_identity(spark):
-    rows = decode_path(spark, FOLDER / "seed003-mysql-init.json", "drs-json").select("meta").collect()
+def test_meta_carries_full_sync_identity():
+    rows = event_records(decode_path(FOLDER / "seed003-mysql-init.json", "drs-json"), ("meta",))
     assert rows[0]["meta"] == {
         "ts": "1625058726990",
         "jobId": "e28c0c1e-e3ab-4f6c-bbc2-69c28670deec",
@@ -165,11 +165,11 @@ def _message(cases, **extra):
     }
 
 
-def test_value_edge_cases(spark, tmp_path):
+def test_value_edge_cases(tmp_path):
     messages = [_message(MYSQL_CASES), _message(PG_CASES, dbType="PostgreSQL", schema="public")]
     path = tmp_path / "values.jsonl"
     path.write_text("\n".join(json.dumps(m, ensure_ascii=False) for m in messages) + "\n", encoding="utf-8")
-    events = event_records(decode_path(spark, path, "drs-json"))
+    events = event_records(decode_path(path, "drs-json"))
     assert [e.get("error") for e in events] == [None, None]
     for event, cases in zip(events, (MYSQL_CASES, PG_CASES), strict=True):
         for column, source_type, _, canonical, typed in cases:
@@ -186,19 +186,19 @@ def test_value_edge_cases(spark, tmp_path):
     assert events[1]["schema"] == "public"
 
 
-def test_malformed_byte_list_is_kept_for_a_dead_letter_at_apply(spark, tmp_path):
+def test_malformed_byte_list_is_kept_for_a_dead_letter_at_apply(tmp_path):
     path = tmp_path / "bad-bytes.jsonl"
     path.write_text(
         json.dumps(_message([("b", "varbinary", "[1, 999]", None, None)])) + "\n", encoding="utf-8"
     )
-    event = event_records(decode_path(spark, path, "drs-json"))[0]
+    event = event_records(decode_path(path, "drs-json"))[0]
     assert event["after"]["b"] == "[1, 999]"
     _, errors = types.parse_values(pa.array(["[1, 999]"]), types.arrow_type("varbinary"))
     assert errors and errors[0].row == 0
 
 
-def test_ddl_kinds_from_sql_text(spark):
-    events = check_golden(spark, FOLDER / "constructed-ddl.jsonl", "drs-json")
+def test_ddl_kinds_from_sql_text():
+    events = check_golden(FOLDER / "constructed-ddl.jsonl", "drs-json")
     assert [(e["op"], e["ddl_kind"]) for e in events] == [
         ("ddl", "CREATE"),
         ("ddl", "ALTER"),
@@ -214,11 +214,9 @@ def test_ddl_kinds_from_sql_text(spark):
     ]
 
 
-def test_options_do_not_change_drs_json_text(spark):
+def test_options_do_not_change_drs_json_text():
     """Epoch TIMESTAMPs are instants: source.timezone does not enter the canonical text."""
     events = event_records(
-        decode_path(
-            spark, FOLDER / "seed003-mysql-init.json", "drs-json", DecodeOptions(timezone="Asia/Shanghai")
-        )
+        decode_path(FOLDER / "seed003-mysql-init.json", "drs-json", DecodeOptions(timezone="Asia/Shanghai"))
     )
     assert events[0]["after"]["c5"] == "2021-06-25T09:51:53.201Z"

@@ -5,22 +5,18 @@ import datetime as dt
 import decimal
 import io
 import json
-import os
-import sys
 
 import fastavro
 import pyarrow as pa
 import pytest
 
 from replicator import types
-from replicator.dialects import DecodeOptions, decode
+from replicator.dialects import DecodeOptions
+from replicator.dialects.base import Decoder
 from replicator.dialects.dts_avro import load_record_schema
+from replicator.dialects.events import At
 from replicator.inspect import decode_path, event_records
-from replicator.model import RAW_DDL
 from tests.dialects.golden import FIXTURES, check_golden, params
-
-# The decoder runs in Spark's Python workers (mapInArrow): they need this interpreter's packages (fastavro).
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 FOLDER = FIXTURES / "dts-avro"
 
@@ -31,22 +27,22 @@ def options(shared) -> DecodeOptions:
 
 
 @pytest.mark.parametrize("case", params("dts-avro"))
-def test_golden(spark, case, options):
-    check_golden(spark, case, "dts-avro", options)
+def test_golden(case, options):
+    check_golden(case, "dts-avro", options)
 
 
-def test_golden_container_file(spark, options):
+def test_golden_container_file(options):
     """An object container file (*.avro) is one raw record holding many DTS records."""
-    events = check_golden(spark, FOLDER / "container.avro", "dts-avro", options)
+    events = check_golden(FOLDER / "container.avro", "dts-avro", options)
     assert [e["op"] for e in events] == ["insert", "insert", "update", "delete", "filtered"]
 
 
-def test_schema_option_is_required(spark):
-    records = spark.createDataFrame([], RAW_DDL)
+def test_schema_option_is_required():
+    """A missing or unreadable schema file stops the job before any batch (Dialect.check)."""
     with pytest.raises(ValueError, match=r"source\.avro_schema"):
-        decode(records, "dts-avro", DecodeOptions())
+        Decoder("dts-avro", DecodeOptions())
     with pytest.raises(ValueError, match=r"source\.avro_schema"):
-        decode(records, "dts-avro", DecodeOptions(avro_schema=FOLDER / "no-such-schema.avsc"))
+        Decoder("dts-avro", DecodeOptions(avro_schema=FOLDER / "no-such-schema.avsc"))
 
 
 # column -> (source type, typed value after types.parse_values with source.timezone +08:00)
@@ -91,8 +87,8 @@ VALUE_EDGES = {
 }
 
 
-def test_value_edges(spark, options):
-    [event] = check_golden(spark, FOLDER / "values.b64", "dts-avro", options)
+def test_value_edges(options):
+    [event] = check_golden(FOLDER / "values.b64", "dts-avro", options)
     after, source_types = event["after"], event["source_types"]
     assert "c_none" not in after  # EmptyObject NONE: absent, not NULL
     assert source_types["c_none"] == "varchar"
@@ -105,8 +101,8 @@ def test_value_edges(spark, options):
         assert parsed.to_pylist() == [typed], column
 
 
-def test_postgres_values(spark, options):
-    [insert, _] = check_golden(spark, FOLDER / "postgres.b64", "dts-avro", options)
+def test_postgres_values(options):
+    [insert, _] = check_golden(FOLDER / "postgres.b64", "dts-avro", options)
     after, source_types = insert["after"], insert["source_types"]
     expected = {
         "paid_at": dt.datetime(2024, 1, 1, 2, 0, 0, 1, tzinfo=dt.UTC),
@@ -122,7 +118,7 @@ def test_postgres_values(spark, options):
         assert parsed.to_pylist() == [typed], column
 
 
-def test_schema_version_mismatch(spark, tmp_path, shared, options):
+def test_schema_version_mismatch(tmp_path, shared, options):
     """The SDK's 14-field schema (no bornTimestamp): a plain datum read with the 15-field schema is a dead
     letter naming source.avro_schema; a container file carries its own schema and decodes."""
     schema = load_record_schema(shared / "schemas" / "aliyun_dts_record.avsc")
@@ -145,7 +141,7 @@ def test_schema_version_mismatch(spark, tmp_path, shared, options):
     with (tmp_path / "old.avro").open("wb") as out:
         fastavro.writer(out, fastavro.parse_schema(old), [record])
     events = event_records(
-        decode_path(spark, tmp_path, "dts-avro", options), ("op", "after", "error", "coordinates")
+        decode_path(tmp_path, "dts-avro", options), ("op", "after", "error", "coordinates")
     )
     by_file = {e["coordinates"]["source"].rsplit("/", 1)[-1]: e for e in events}
     assert "source.avro_schema" in by_file["old.b64"]["error"]
@@ -163,8 +159,8 @@ def test_container_failure_is_reported_at_the_failing_record(shared):
     records = list(fa.reader((FOLDER / "container.avro").open("rb")))
     out = io.BytesIO()
     fa.writer(out, schema, records, sync_interval=1)  # one block per record
-    coordinates = {"source": "x.avro", "partition": 0, "offset": 1, "index": 0, "row": 0}
-    results = list(read_records(out.getvalue()[:-40], schema, coordinates))
-    assert [r[3] is None for r in results] == [True] * (len(records) - 1) + [False]
-    assert [r[1]["index"] for r in results] == list(range(len(records)))
-    assert results[-1][3].startswith("not a DTS Avro container file")
+    at = At(batch_id=0, source="x.avro", partition=0, offset=1, index=0, raw=None)
+    results = list(read_records(out.getvalue()[:-40], schema, at))
+    assert [r[2] is None for r in results] == [True] * (len(records) - 1) + [False]
+    assert [r[1].index for r in results] == list(range(len(records)))
+    assert results[-1][2].startswith("not a DTS Avro container file")

@@ -15,19 +15,19 @@ SHANGHAI = DecodeOptions(timezone="Asia/Shanghai")
 
 
 @pytest.mark.parametrize("case", params(FOLDER))
-def test_golden(spark, case):
-    check_golden(spark, case, "river-canal")
+def test_golden(case):
+    check_golden(case, "river-canal")
 
 
 @pytest.mark.parametrize("case", [p for p in params(FOLDER) if "bad" not in p.id])
-def test_auto_detection_agrees(spark, case):
+def test_auto_detection_agrees(case):
     """Seed 000's keys (binlog, db, table, event, columns) are unique to KafkaRiverCanal."""
-    check_golden(spark, case, "auto")
+    check_golden(case, "auto")
 
 
-def test_seed_update_images(spark):
+def test_seed_update_images():
     """Seed 000 UPDATE: the before image takes origin_val for the updated column, v elsewhere."""
-    [event] = check_golden(spark, FIXTURES / FOLDER / "seed000-update.json", "river-canal")
+    [event] = check_golden(FIXTURES / FOLDER / "seed000-update.json", "river-canal")
     assert event["before"] == {"order_id": "126", "x_id": "123456", "name": "小明"}
     assert event["after"] == {"order_id": "126", "x_id": "123456", "name": "小春"}
     assert event["seq"] == [70, 25521]
@@ -35,8 +35,8 @@ def test_seed_update_images(spark):
     assert event["event_time"] == "2015-12-16T03:25:07Z"
 
 
-def test_bad_messages_are_dead_letters(spark):
-    events = check_golden(spark, FIXTURES / FOLDER / "bad-messages.jsonl", "river-canal")
+def test_bad_messages_are_dead_letters():
+    events = check_golden(FIXTURES / FOLDER / "bad-messages.jsonl", "river-canal")
     errors = [e.get("error") for e in events]
     assert all(errors), events
     assert errors == [
@@ -55,8 +55,8 @@ def test_bad_messages_are_dead_letters(spark):
     ]
 
 
-def _edge_events(spark) -> list[dict]:
-    return _decoded_folder(spark, FIXTURES / FOLDER, "river-canal", SHANGHAI)["values-edge.jsonl"]
+def _edge_events() -> list[dict]:
+    return _decoded_folder(FIXTURES / FOLDER, "river-canal", SHANGHAI)["values-edge.jsonl"]
 
 
 # column -> (canonical text, typed value after types.parse_values)
@@ -85,8 +85,8 @@ EDGE = {
 }
 
 
-def test_value_edge_cases(spark):
-    insert, _ = _edge_events(spark)
+def test_value_edge_cases():
+    insert, _ = _edge_events()
     assert "error" not in insert, insert
     assert set(insert["after"]) == set(EDGE)
     for column, (text, typed) in EDGE.items():
@@ -99,9 +99,9 @@ def test_value_edge_cases(spark):
         assert values.to_pylist() == [typed], column
 
 
-def test_update_null_transitions(spark):
+def test_update_null_transitions():
     """NULL -> value (origin_val absent: GSON omits nulls), value -> NULL, NULL unchanged, binary."""
-    _, update = _edge_events(spark)
+    _, update = _edge_events()
     assert update["op"] == "update"
     assert update["before"] == {
         "id": "18446744073709551615",

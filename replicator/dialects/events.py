@@ -1,0 +1,266 @@
+"""A columnar builder of decoded events: dialects append rows, the batch becomes one Arrow table.
+
+The table has the contract's columns (model.EVENT_FIELDS) plus ``error`` and ``raw`` (model.DECODED_DDL),
+in the Arrow types the rest of the engine reads (:func:`decoded_schema`). Row images are dicts of text;
+they are flattened into Arrow map arrays once per batch, not per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+Image = Mapping[str, str | None]
+
+
+@cache
+def decoded_schema() -> pa.Schema:
+    """model.DECODED_DDL as Arrow (what Spark's ``toArrow`` gave for it, so the engine reads either)."""
+    import pyarrow as pa
+
+    text_map = pa.map_(pa.string(), pa.string())
+    return pa.schema(
+        [
+            ("dialect", pa.string()),
+            ("database", pa.string()),
+            ("schema", pa.string()),
+            ("table", pa.string()),
+            ("op", pa.string()),
+            ("ddl_kind", pa.string()),
+            ("ddl_sql", pa.string()),
+            ("table_changes", pa.string()),
+            ("primary_key", pa.list_(pa.string())),
+            ("after", text_map),
+            ("before", text_map),
+            ("source_types", text_map),
+            ("seq", pa.list_(pa.int64())),
+            ("event_time", pa.timestamp("us", tz="UTC")),
+            ("position", pa.string()),
+            ("meta", text_map),
+            (
+                "coordinates",
+                pa.struct(
+                    [
+                        ("source", pa.string()),
+                        ("partition", pa.int64()),
+                        ("offset", pa.int64()),
+                        ("index", pa.int32()),
+                        ("row", pa.int32()),
+                    ]
+                ),
+            ),
+            ("error", pa.string()),
+            ("raw", pa.binary()),
+        ]
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class At:
+    """Where a message came from: the raw record's coordinates, the message's index inside the record
+    (a JSON array document holds several), the micro-batch, and the record's bytes for dead letters."""
+
+    batch_id: int
+    source: str | None
+    partition: int | None
+    offset: int | None
+    index: int
+    raw: bytes | None
+
+    def tail(self, row: int) -> tuple[int, ...]:
+        """The coordinates part of every ``seq``: batch id, partition, offset, message index, row index."""
+        return (self.batch_id, self.partition or 0, self.offset or 0, self.index, row)
+
+
+class Events:
+    """Rows of decoded events. :meth:`add` appends one event, :meth:`fail` one error row (a dead letter
+    keeping the raw record); :meth:`to_arrow` builds the table."""
+
+    SCALARS = ("dialect", "database", "schema", "table", "op", "ddl_kind", "ddl_sql", "table_changes")
+    SCALARS += ("position", "error")
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list[Any]] = {
+            name: [] for name in (*self.SCALARS, "primary_key", "event_time", "raw")
+        }
+        self.after: list[Image | None] = []
+        self.before: list[Image | None] = []
+        self.types: list[Image | None] = []
+        self.meta: list[Image | None] = []
+        self.seq: list[Sequence[int] | None] = []
+        self.coordinates: list[tuple[Any, ...]] = []
+
+    def __len__(self) -> int:
+        return len(self.coordinates)
+
+    def add(
+        self,
+        at: At,
+        dialect: str,
+        op: str | None,
+        *,
+        database: str | None = None,
+        schema: str | None = None,
+        table: str | None = None,
+        ddl_kind: str | None = None,
+        ddl_sql: str | None = None,
+        table_changes: str | None = None,
+        primary_key: Sequence[str] | None = None,
+        after: Image | None = None,
+        before: Image | None = None,
+        source_types: Image | None = None,
+        order: Sequence[int] | None = (),
+        row: int = 0,
+        event_time: int | None = None,
+        position: str | None = None,
+        meta: Image | None = None,
+        error: str | None = None,
+    ) -> None:
+        """One event. ``order`` is the dialect's part of ``seq`` (the coordinates follow it; ``None``
+        leaves ``seq`` NULL); ``event_time`` is epoch microseconds (:func:`epoch_micros`)."""
+        c = self.columns
+        c["dialect"].append(dialect)
+        c["database"].append(database)
+        c["schema"].append(schema)
+        c["table"].append(table)
+        c["op"].append(op)
+        c["ddl_kind"].append(ddl_kind)
+        c["ddl_sql"].append(ddl_sql)
+        c["table_changes"].append(table_changes)
+        c["position"].append(position)
+        c["error"].append(error)
+        c["primary_key"].append(primary_key)
+        c["event_time"].append(event_time)
+        c["raw"].append(at.raw if error is not None else None)
+        self.after.append(after)
+        self.before.append(before)
+        self.types.append(source_types)
+        self.meta.append(meta)
+        self.seq.append(None if order is None else (*order, *at.tail(row)))
+        self.coordinates.append((at.source, at.partition, at.offset, at.index, row))
+
+    def fail(
+        self,
+        at: At,
+        dialect: str | None,
+        error: str,
+        *,
+        database: str | None = None,
+        schema: str | None = None,
+        table: str | None = None,
+        row: int = 0,
+    ) -> None:
+        """An error row: it becomes a dead letter with the raw record, naming what is known of it."""
+        self.add(
+            at, dialect, None, database=database, schema=schema, table=table, row=row, order=None, error=error
+        )
+
+    def filtered(self, at: At, dialect: str | None, **known: Any) -> None:
+        """A message that carries no change (heartbeats, transaction markers): counted as filtered."""
+        self.add(at, dialect, "filtered", order=None, **known)
+
+    # ---- rollback: a message decoded again after an Inexact number ----------------------------------------
+    def mark(self) -> int:
+        return len(self.coordinates)
+
+    def rollback(self, mark: int) -> None:
+        for values in (
+            *self.columns.values(),
+            self.after,
+            self.before,
+            self.types,
+            self.meta,
+            self.seq,
+            self.coordinates,
+        ):
+            del values[mark:]
+
+    # ---- Arrow ------------------------------------------------------------------------------------------
+    def to_arrow(self) -> pa.Table:
+        import pyarrow as pa
+
+        schema = decoded_schema()
+        n = len(self.coordinates)
+        arrays: dict[str, pa.Array] = {}
+        for name in self.SCALARS:
+            arrays[name] = pa.array(self.columns[name], pa.string())
+        arrays["primary_key"] = pa.array(self.columns["primary_key"], schema.field("primary_key").type)
+        arrays["after"] = _maps(self.after)
+        arrays["before"] = _maps(self.before)
+        arrays["source_types"] = _maps(self.types, shared=True)
+        arrays["meta"] = _maps(self.meta, shared=True)
+        arrays["seq"] = pa.array(self.seq, schema.field("seq").type)
+        arrays["event_time"] = pa.array(self.columns["event_time"], pa.int64()).cast(
+            schema.field("event_time").type
+        )
+        coordinates = list(zip(*self.coordinates, strict=True)) if n else [[], [], [], [], []]
+        struct_type = schema.field("coordinates").type
+        arrays["coordinates"] = pa.StructArray.from_arrays(
+            [pa.array(values, struct_type.field(i).type) for i, values in enumerate(coordinates)],
+            fields=list(struct_type),
+        )
+        arrays["raw"] = pa.array(self.columns["raw"], pa.binary())
+        return pa.table([arrays[f.name] for f in schema], schema=schema)
+
+
+def _maps(images: list[Image | None], shared: bool = False) -> pa.Array:
+    """Dicts of text -> ``map<string,string>``. ``shared``: many rows hold the very same dict object (a
+    table's type map), so each distinct object is flattened once and the rows take it by index."""
+    import pyarrow as pa
+
+    map_type = pa.map_(pa.string(), pa.string())
+    if shared:
+        index: dict[int, int] = {}
+        distinct: list[Image] = []
+        positions: list[int | None] = []
+        for image in images:
+            if image is None:
+                positions.append(None)
+                continue
+            at = index.get(id(image))
+            if at is None:
+                at = index[id(image)] = len(distinct)
+                distinct.append(image)
+            positions.append(at)
+        if len(distinct) < len(images):
+            return _maps(distinct).take(pa.array(positions, pa.int32()))
+    keys: list[str] = []
+    values: list[str | None] = []
+    offsets = [0]
+    valid: list[bool] = []
+    for image in images:
+        if image is None:
+            valid.append(False)
+        else:
+            keys.extend(image)
+            values.extend(image.values())
+            valid.append(True)
+        offsets.append(len(keys))
+    mask = None if all(valid) else pa.array([not v for v in valid], pa.bool_())
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        pa.array(keys, pa.string()),
+        pa.array(values, pa.string()),
+        type=map_type,
+        mask=mask,
+    )
+
+
+# Timestamps Arrow, Delta and Python all hold: years 0001 to 9999.
+MIN_MICROS = -62_135_596_800_000_000
+MAX_MICROS = 253_402_300_799_999_999
+
+
+def epoch_micros(value: int | None) -> int | None:
+    """Epoch seconds or milliseconds (vendors use both; see seed 001's DDL examples) -> microseconds.
+    A value outside years 1-9999 has no timestamp: ``None`` (the event still orders by its ``seq``)."""
+    if value is None:
+        return None
+    millis = value * 1000 if abs(value) < 100_000_000_000 else value
+    micros = millis * 1000
+    return micros if MIN_MICROS <= micros <= MAX_MICROS else None

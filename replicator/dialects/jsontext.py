@@ -1,0 +1,138 @@
+"""JSON messages -> Python values, and values -> the contract's canonical text, exactly.
+
+A message is parsed with orjson. orjson turns a JSON number with a fraction or an exponent into a double,
+which would mangle a decimal (``12345678901234567890.12``) and re-render ``1.50`` as ``1.5``. So the texts
+here refuse floats (:class:`Inexact`) and the decode pipeline parses that message again with the standard
+library, keeping every such number as written (:class:`Num`). Messages without fractional numbers (canal
+writes every value as a JSON string) never pay for the second parse.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+
+class Inexact(Exception):
+    """A float came from the fast parser: parse the message again with :func:`loads_exact`."""
+
+
+class Num(str):
+    """A JSON number with a fraction or an exponent, kept as its text (``1.50``, ``2.0e3``)."""
+
+    __slots__ = ()
+
+
+def loads(raw: bytes | str) -> Any:
+    """orjson (which reads an integer beyond 64 bits as a float: Inexact sends it to the exact parser)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return loads_exact(raw)  # raises ValueError (UnicodeDecodeError included) when not JSON
+
+
+def loads_exact(raw: bytes | str) -> Any:
+    """The standard library's parser, numbers with a fraction or exponent kept as :class:`Num`."""
+    return json.loads(raw, parse_float=Num)
+
+
+def _fragment(value: Any) -> Any:
+    if isinstance(value, Num):
+        return orjson.Fragment(str.__str__(value))
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text of a nested value (an object or array column), numbers as written."""
+    if _has_float(value):
+        raise Inexact
+    try:
+        return orjson.dumps(value, default=_fragment, option=orjson.OPT_PASSTHROUGH_SUBCLASS).decode()
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits, which orjson does not write
+        return _dumps_slow(value)
+
+
+def _dumps_slow(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_dumps_slow(str(k))}:{_dumps_slow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_dumps_slow(v) for v in value) + "]"
+    if isinstance(value, Num):
+        return str.__str__(value)
+    if type(value) is int:
+        return str(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _has_float(value: Any) -> bool:
+    if type(value) is float:
+        return True
+    if type(value) is dict:
+        return any(_has_float(v) for v in value.values())
+    if type(value) is list:
+        return any(_has_float(v) for v in value)
+    return False
+
+
+def text(value: Any) -> str | None:
+    """The canonical text of a JSON value: strings as they are, numbers as written, ``true``/``false``,
+    objects and arrays as compact JSON; JSON null is ``None`` (SQL NULL)."""
+    kind = type(value)
+    if kind is str:
+        return value  # type: ignore[no-any-return]
+    if value is None:
+        return None
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return str(value)
+    if kind is Num:
+        return str.__str__(value)
+    if kind is float:
+        raise Inexact
+    return dumps(value)
+
+
+def image(value: Any) -> dict[str, str | None] | None:
+    """A row image (a JSON object) with every value as canonical text; ``None`` when not an object."""
+    if type(value) is not dict:
+        return None
+    for v in value.values():
+        if v is not None and type(v) is not str:
+            return {k: text(v) for k, v in value.items()}
+    return value  # every value is text or NULL already (canal): no copy
+
+
+def string(value: Any) -> str | None:
+    """A scalar field read as text (Spark ``from_json`` into STRING did the same): NULL stays ``None``."""
+    return value if type(value) is str else text(value)
+
+
+def integer(value: Any) -> int | None:
+    """A field that must be a whole number that fits a BIGINT (a JSON number, or digits in a string);
+    ``None`` when absent.
+
+    Raises ValueError for anything else, so that a malformed ordering field is refused, never ordered as 0.
+    """
+    if value is None:
+        return None
+    kind = type(value)
+    if kind is float:
+        raise Inexact  # orjson reads integers beyond 64 bits as floats: decide on the exact parse
+    number: int | None = None
+    if kind is int:
+        number = value
+    elif kind is str or kind is Num:
+        stripped = value.strip()
+        if stripped and (stripped.isdigit() or (stripped[0] in "+-" and stripped[1:].isdigit())):
+            number = int(stripped)
+    if number is None or not -(2**63) <= number < 2**63:
+        raise ValueError(value)
+    return number
+
+
+def to_json(value: Any) -> str:
+    """JSON text of a value for error messages (``["X"]``), as Spark's ``to_json`` wrote it."""
+    return orjson.dumps(value, default=_fragment, option=orjson.OPT_PASSTHROUGH_SUBCLASS).decode()
