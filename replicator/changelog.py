@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -92,9 +93,16 @@ def _with_key(rows: pa.Table, key: Sequence[str]) -> pa.Table:
     return rows.set_column(rows.schema.get_field_index("primary_key"), "primary_key", filled)
 
 
+def _constant(value: bool | int, n: int) -> pa.Array:
+    """An array of ``n`` equal values (without an ``n``-long Python list)."""
+    if isinstance(value, bool):
+        return pa.array(np.full(n, value, dtype=bool))
+    return pa.array(np.full(n, value, dtype=np.int32))
+
+
 def _segments(rows: pa.Table, seqs: Sequence[tuple[int, ...]]) -> pa.Array:
     """How many of the table's barriers in this batch precede each event."""
-    segment = pa.array([0] * rows.num_rows, pa.int32())
+    segment = _constant(0, rows.num_rows)
     for s in seqs:
         later = pc.cast(pc.greater(rows["seq_text"], seq_text(list(s))), pa.int32())
         segment = pc.add(segment, later)
@@ -108,12 +116,38 @@ def _key_values(image: pa.Array, key: Sequence[str]) -> list[pa.Array]:
 def _key_list(values: list[pa.Array]) -> pa.Array:
     n = len(values[0]) if values else 0
     width = len(values)
+    offsets = pa.array(np.arange(0, n * width + 1, width, dtype=np.int32))
     if width == 1:
-        return pa.ListArray.from_arrays(pa.array(range(n + 1), pa.int32()), values[0])
-    interleaved = pa.concat_arrays(values).take(
-        pa.array([j * n + i for i in range(n) for j in range(width)], pa.int64())
-    )
-    return pa.ListArray.from_arrays(pa.array(range(0, n * width + 1, width), pa.int32()), interleaved)
+        return pa.ListArray.from_arrays(offsets, values[0])
+    order = (np.arange(width)[None, :] * n + np.arange(n)[:, None]).ravel()  # row by row, column by column
+    return pa.ListArray.from_arrays(offsets, pa.concat_arrays(values).take(pa.array(order)))
+
+
+def _seq_sort_keys(seq: pa.ChunkedArray | pa.Array, seq_text: pa.Array) -> dict[str, pa.Array]:
+    """Sort keys in ``seq`` order: its parts as integer columns when every ``seq`` has the same length
+    (compared as ``seq_text`` compares them: negative parts as 0), else the text itself (slower)."""
+    seq = seq.combine_chunks() if isinstance(seq, pa.ChunkedArray) else seq
+    lengths = pc.list_value_length(seq)
+    n = len(seq)
+    if n == 0 or seq.null_count or pc.min(lengths).as_py() != pc.max(lengths).as_py():
+        return {"_s": seq_text}
+    width = pc.min(lengths).as_py()
+    flat = np.maximum(pc.list_flatten(seq).to_numpy(), 0).reshape(n, width)
+    return {f"_s{j}": pa.array(flat[:, j]) for j in range(width)}
+
+
+def _run_ends(table: pa.Table, names: Sequence[str]) -> pa.Array:
+    """The index of the last row of each run of equal ``names`` values in a sorted table."""
+    m = table.num_rows
+    if m == 0:
+        return pa.array([], pa.int64())
+    boundary = _constant(False, m - 1)
+    for name in names:
+        col = table[name].combine_chunks()
+        col = pc.fill_null(col, -1 if pa.types.is_integer(col.type) else "")
+        boundary = pc.or_(boundary, pc.not_equal(col.slice(1), col.slice(0, m - 1)))
+    ends = pc.indices_nonzero(boundary)
+    return pa.concat_arrays([ends.cast(pa.int64()), pa.array([m - 1], pa.int64())])
 
 
 def fold_table(rows: pa.Table, key: Sequence[str], barriers: Sequence[tuple[int, ...]]) -> pa.Table:
@@ -134,23 +168,24 @@ def fold_table(rows: pa.Table, key: Sequence[str], barriers: Sequence[tuple[int,
     changed = pc.equal(op, "update")
     for old in old_key:
         changed = pc.and_(changed, pc.is_valid(old))
-    differs = pa.array([False] * n, pa.bool_())
+    differs = _constant(False, n)
     for old, new in zip(old_key, new_key, strict=True):
         differs = pc.or_(differs, pc.fill_null(pc.not_equal(old, new), False))
     changed = pc.fill_null(pc.and_(changed, differs), False)
     key_cols = [pc.if_else(is_delete, o, a) for o, a in zip(old_key, new_key, strict=True)]
     patch = pc.map_lookup(rows["meta"].combine_chunks(), PATCH_META, "first")
-    if pc.any(pc.is_valid(patch)).as_py():
+    if patch.null_count < len(patch):
         return _fold_with_patches(rows, key, segment, changed, before, after, key_cols, old_key, patch)
 
     # The sort keys of every event, plus one "delete of the old key" per key change (extra = True).
-    source = pa.array(range(n), pa.int64())
+    source = pa.array(np.arange(n, dtype=np.int64))
+    seq_keys = _seq_sort_keys(rows["seq"], rows["seq_text"].combine_chunks())
     small = {
         "segment": segment,
         **{f"_k{i}": c for i, c in enumerate(key_cols)},
-        "seq_text": rows["seq_text"].combine_chunks(),
+        **seq_keys,
         "source": source,
-        "extra": pa.array([False] * n, pa.bool_()),
+        "extra": _constant(False, n),
     }
     table = pa.table(small)
     if pc.any(changed).as_py():
@@ -158,26 +193,16 @@ def fold_table(rows: pa.Table, key: Sequence[str], barriers: Sequence[tuple[int,
             {
                 "segment": segment.filter(changed),
                 **{f"_k{i}": old.filter(changed) for i, old in enumerate(old_key)},
-                "seq_text": small["seq_text"].filter(changed),
+                **{name: small[name].filter(changed) for name in seq_keys},
                 "source": source.filter(changed),
-                "extra": pa.array([True] * pc.sum(changed).as_py(), pa.bool_()),
+                "extra": _constant(True, pc.sum(changed).as_py()),
             }
         )
         table = pa.concat_tables([table, extra]).combine_chunks()
     key_names = [f"_k{i}" for i in range(len(key))]
-    order = pc.sort_indices(
-        table, [("segment", "ascending"), *[(k, "ascending") for k in key_names], ("seq_text", "ascending")]
-    )
+    order = pc.sort_indices(table, [(c, "ascending") for c in ("segment", *key_names, *seq_keys)])
     ordered = table.take(order)
-    m = ordered.num_rows
-    ends: list[int] = []
-    if m:
-        boundary = pa.array([False] * (m - 1), pa.bool_())
-        for name in ["segment", *key_names]:
-            col = pc.fill_null(ordered[name].combine_chunks(), "" if name != "segment" else -1)
-            boundary = pc.or_(boundary, pc.not_equal(col.slice(1), col.slice(0, m - 1)))
-        ends = [*pc.indices_nonzero(boundary).to_pylist(), m - 1]
-    last = ordered.take(pa.array(ends, pa.int64()))
+    last = ordered.take(_run_ends(ordered, ["segment", *key_names]))
     at = last["source"].combine_chunks()
     extra = last["extra"].combine_chunks()
     use_before = pc.or_(extra, is_delete.take(at))
@@ -207,7 +232,7 @@ def _folded(segment: pa.Array, keys: pa.Array, op: pa.Array, image: pa.Array, ro
             "position": rows["position"],
             "coordinates": rows["coordinates"],
             "patches": pa.nulls(n, pa.list_(pa.string())),
-            "has_patches": pa.array([False] * n, pa.bool_()),
+            "has_patches": _constant(False, n),
             "base_op": pa.nulls(n, pa.string()),
         }
     )

@@ -19,7 +19,7 @@ from replicator.apply import DeadRow, TableApplier, TableBatch, TableResult
 from replicator.barriers import declared_keys, plan_barriers, rename_units
 from replicator.changelog import Barrier, TableId, fold, keep, no_changes, seq_texts, split_by_table
 from replicator.config import JobConfig
-from replicator.dialects.base import DecodeOptions
+from replicator.dialects.base import DecodeOptions, gc_paused
 from replicator.dialects.pool import decode_batch
 from replicator.logging import get_logger
 from replicator.model import BARRIER_OPS, DML_OPS, parse_seq_text, seq_text
@@ -89,7 +89,8 @@ class Engine:
         """A streaming micro-batch (the source's rows) -> mirrors. One Spark job brings its raw records to
         the driver as Arrow; everything after that is Arrow and delta-rs."""
         started = time.monotonic()
-        records = BATCH_RECORDS[self.config.source.type](frame)
+        with gc_paused():
+            records = BATCH_RECORDS[self.config.source.type](frame)
         return self.process_records(records, batch_id, started)
 
     def process_records(self, records: pa.Table, batch_id: int, started: float | None = None) -> BatchSummary:
@@ -98,8 +99,9 @@ class Engine:
         phases = Phases(started)
         phases.lap("read")
         source = self.config.source
-        decoded = decode_batch(records, source.dialect, self.options, batch_id, source.decode_workers)
-        decoded = route(decoded, self.config.tables.route)
+        with gc_paused():
+            decoded = decode_batch(records, source.dialect, self.options, batch_id, source.decode_workers)
+            decoded = route(decoded, self.config.tables.route)
         phases.lap("decode")
         summary = self._process(records, decoded, batch_id, phases)
         summary.duration_ms = int((time.monotonic() - started) * 1000)
@@ -175,7 +177,9 @@ class Engine:
             batch_ids = pa.array([batch_id] * events.num_rows, pa.int64())
             changelog = self._background.submit(
                 self.state.append_changelog,
-                events.drop_columns(["seq_text"]).append_column("batch_id", batch_ids),
+                events.drop_columns(
+                    [c for c in ("seq_text", "type_key") if c in events.column_names]
+                ).append_column("batch_id", batch_ids),
                 batch_id,
             )
 
@@ -428,6 +432,17 @@ def _barrier_rows(events: pa.Table) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["seq_text"])
 
 
+def type_keys(events: pa.Table) -> pa.Array | pa.ChunkedArray:
+    """Per row, its type map as events.type_key_text writes it (the decoder gives it; else read here)."""
+    if "type_key" in events.column_names:
+        return events["type_key"]
+    types = events["source_types"].combine_chunks()
+    # offsets index the map's whole child arrays, as keys/items are (sliced or not)
+    names = pc.binary_join(pa.ListArray.from_arrays(types.offsets, types.keys), "\x1f")
+    values = pc.binary_join(pa.ListArray.from_arrays(types.offsets, pc.fill_null(types.items, "")), "\x1f")
+    return pc.binary_join_element_wise(names, values, "\x1e")
+
+
 def _source_types(dml: pa.Table) -> dict[TableId, dict[str, str]]:
     """Each table's column types: first-seen column order, the latest type of each column wins.
 
@@ -435,37 +450,37 @@ def _source_types(dml: pa.Table) -> dict[TableId, dict[str, str]]:
     table), then merge them in seq order."""
     if dml.num_rows == 0:
         return {}
-    types = dml["source_types"].combine_chunks()
+    keys = type_keys(dml)  # group_by reads a dictionary column without decoding it
     frame = pa.table(
         {
             "database": dml["database"],
             "schema": dml["schema"],
             "table": dml["table"],
-            # offsets index the map's whole child arrays, as keys/items are (sliced or not)
-            "names": pc.binary_join(pa.ListArray.from_arrays(types.offsets, types.keys), "\x1f"),
-            "types": pc.binary_join(
-                pa.ListArray.from_arrays(types.offsets, pc.fill_null(types.items, "")), "\x1f"
-            ),
+            "type_key": keys,
             "seq_text": dml["seq_text"],
         }
     )
     rows = (
-        frame.group_by(["database", "schema", "table", "names", "types"], use_threads=False)
+        frame.group_by(["database", "schema", "table", "type_key"], use_threads=False)
         .aggregate([("seq_text", "min"), ("seq_text", "max")])
         .to_pylist()
     )
     by_table: dict[TableId, list[dict[str, Any]]] = {}
     for r in rows:
+        if r["type_key"] is None:
+            continue
+        names, types = r["type_key"].split("\x1e")
+        r["names"] = names.split("\x1f") if names else []
+        r["types"] = types.split("\x1f") if names else []
         by_table.setdefault((r["database"], r["schema"], r["table"]), []).append(r)
     result: dict[TableId, dict[str, str]] = {}
     for table, maps in by_table.items():
         merged: dict[str, str] = {}
         for r in sorted(maps, key=lambda r: r["seq_text_min"]):  # first-seen column order
-            for column in (r["names"] or "").split("\x1f") if r["names"] else []:
+            for column in r["names"]:
                 merged.setdefault(column, "")
         for r in sorted(maps, key=lambda r: r["seq_text_max"]):  # the latest type of each column wins
-            if r["names"]:
-                merged.update(zip(r["names"].split("\x1f"), r["types"].split("\x1f"), strict=True))
+            merged.update(zip(r["names"], r["types"], strict=True))
         result[table] = {c: t for c, t in merged.items() if t}
     return result
 

@@ -58,6 +58,8 @@ def route(events: pa.Table, rules: Sequence[RouteRule]) -> pa.Table:
     kept_at = positions.filter(pc.invert(routed_mask))
     rewritten = _rewrite(routed, pc.filter(rule_index, routed_mask).to_pylist(), rules)
     merged = pa.concat_tables([kept, rewritten])
+    if "type_key" in merged.column_names:  # the decoder's text of the type maps: stale for routed rows
+        merged = merged.drop_columns(["type_key"])
     order = pc.sort_indices(pa.concat_arrays([kept_at, routed_at]))
     return merged.take(order)
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
@@ -42,16 +43,20 @@ def raw_schema() -> pa.Schema:
 # ---- files -------------------------------------------------------------------------------------------------
 
 
-def split_file(path: str, content: bytes) -> tuple[list[bytes], list[int]]:
-    """One file's raw records and their offsets (line numbers, 1-based; 1 for a whole-file record).
+def split_file(path: str, content: bytes) -> tuple[pa.Array, list[int]]:
+    """One file's raw records (a binary array) and their offsets (line numbers, 1-based; 1 for a
+    whole-file record).
 
     Lines are split on the byte 0x0A and keep their exact bytes (invalid UTF-8 included) for the decoder
-    and for dead letters; a trailing CR is dropped; blank lines are not records.
+    and for dead letters; a trailing CR is dropped; blank lines are not records. (``bytes.split`` and one
+    ``join`` measured 6x faster than NumPy masks over the bytes.)
     """
+    import pyarrow as pa
+
     if path.endswith((".json", ".avro")):
         if path.endswith(".json") and not content.strip():
-            return [], []
-        return [content], [1]
+            return pa.array([], pa.binary()), []
+        return pa.array([content], pa.binary()), [1]
     b64 = path.endswith(".b64")
     lines: list[bytes] = []
     numbers: list[int] = []
@@ -67,26 +72,30 @@ def split_file(path: str, content: bytes) -> tuple[list[bytes], list[int]]:
                 pass  # kept as it is: the decoder reports it with the record's bytes
         lines.append(line)
         numbers.append(number)
-    return lines, numbers
+    return _binary_array(lines), numbers
+
+
+def _binary_from(offsets: np.ndarray, data: bytes) -> pa.Array:
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(offsets) - 1
+    if offsets[-1] < 2**31:
+        return pa.Array.from_buffers(
+            pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
+        )
+    large = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    return large.cast(pa.binary())  # raises for a record over 2 GiB
 
 
 def _binary_array(values: list[bytes]) -> pa.Array:
     """A binary array from one joined buffer and its offsets (no per-value Arrow appends)."""
     import numpy as np
-    import pyarrow as pa
 
     lengths = np.fromiter(map(len, values), np.int64, len(values))
     offsets = np.zeros(len(values) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    data = b"".join(values)
-    if offsets[-1] < 2**31:
-        return pa.Array.from_buffers(
-            pa.binary(), len(values), [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
-        )
-    large = pa.Array.from_buffers(
-        pa.large_binary(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-    )
-    return large.cast(pa.binary())  # raises for a record over 2 GiB
+    return _binary_from(offsets, b"".join(values))
 
 
 def _local_path(uri: str) -> str | None:
@@ -116,6 +125,7 @@ def read_file(uri: str) -> bytes | None:
 def file_records(files: list[tuple[str, int]], contents: dict[str, bytes] | None = None) -> pa.Table:
     """Raw records of (path, mtime ms) files, in the given order; partition = the file's modification
     time (ms), offset = line number."""
+    import numpy as np
     import pyarrow as pa
 
     schema = raw_schema()
@@ -126,17 +136,15 @@ def file_records(files: list[tuple[str, int]], contents: dict[str, bytes] | None
             content = read_file(path)
         if content is None:
             raise OSError(f"cannot read {path}: no file system for it (pyarrow.fs) and no content from Spark")
-        lines, numbers = split_file(path, content)
-        n = len(lines)
+        raw, numbers = split_file(path, content)
+        n = len(raw)
         chunks.append(
             pa.table(
                 [
-                    _binary_array(lines),
-                    pa.array([path], pa.string()).take(pa.array([0] * n, pa.int32()))
-                    if n
-                    else pa.array([], pa.string()),
-                    pa.array([mtime] * n, pa.int64()),
-                    pa.array(numbers, pa.int64()),
+                    raw,
+                    pa.array([path], pa.string()).take(pa.array(np.zeros(n, np.int32))),
+                    pa.array(np.full(n, mtime, np.int64)),
+                    pa.array(np.asarray(numbers, np.int64)),
                 ],
                 schema=schema,
             )
@@ -145,18 +153,19 @@ def file_records(files: list[tuple[str, int]], contents: dict[str, bytes] | None
 
 
 def files_batch_records(frame: DataFrame) -> pa.Table:
-    """A files micro-batch (binaryFile rows) -> raw records; file contents read on the driver."""
+    """A files micro-batch (binaryFile rows) -> raw records. One Spark job lists the batch's files (the
+    content column pruned away); the driver reads them, or takes Spark's content where it cannot."""
     from pyspark.sql import functions as F
 
     listed = frame.select("path", F.unix_millis("modificationTime").alias("mtime")).toArrow().to_pylist()
     listed.sort(key=lambda r: (r["mtime"], r["path"]))
     files = [(r["path"], r["mtime"]) for r in listed]
-    unreadable = [p for p, _ in files if _local_path(p) is None and read_file(p) is None]
-    contents = None
+    contents = {path: read_file(path) for path, _ in files}
+    unreadable = [p for p, c in contents.items() if c is None]
     if unreadable:  # rare: a scheme pyarrow has no file system for
         rows = frame.where(F.col("path").isin(unreadable)).select("path", "content").collect()
-        contents = {r["path"]: bytes(r["content"]) for r in rows}
-    return file_records(files, contents)
+        contents.update({r["path"]: bytes(r["content"]) for r in rows})
+    return file_records(files, contents)  # type: ignore[arg-type]
 
 
 def files_stream(spark: SparkSession, config: JobConfig) -> DataFrame:

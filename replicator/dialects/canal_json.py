@@ -156,6 +156,8 @@ class CanalJson(Dialect):
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)
         self.type_cache = TypeCache()
+        self._pk_names: Any = None
+        self._pk: list[str] = []
         self.ddl_set = frozenset((*DDL_KINDS, *self.ddl_types))
 
     def disambiguate(self, message: dict[str, Any]) -> bool:
@@ -240,111 +242,101 @@ class CanalJson(Dialect):
             except ValueError:
                 order[field] = None
                 malformed.append(field)
-        ident = {"database": database, "schema": schema, "table": table}
+        error = None
+        is_ddl = False
+        ddl_kind = None
+        op: str | None = None
         if kind is None:
-            out.fail(at, name, "wrong shape: no 'type' in the message", **ident)
-            return
-        is_ddl = m.get("isDdl") is True or kind in self.ddl_set
-        ignored = kind in self.ignored_types
-        ddl_kind = self.ddl_kind(m, kind) if is_ddl else None
-        if ignored:
-            op: str | None = "filtered"
-        elif is_ddl:
-            op = "truncate" if ddl_kind == "TRUNCATE" else "ddl"
+            error = "wrong shape: no 'type' in the message"
         else:
-            op = self.row_ops.get(kind)
-        if op is None:
-            out.fail(at, name, f"unknown op type {to_json([kind])}", **ident)
+            is_ddl = m.get("isDdl") is True or kind in self.ddl_set
+            ddl_kind = self.ddl_kind(m, kind) if is_ddl else None
+            if kind in self.ignored_types:
+                op = "filtered"
+            elif is_ddl:
+                op = "truncate" if ddl_kind == "TRUNCATE" else "ddl"
+            else:
+                op = self.row_ops.get(kind)
+            if op is None:
+                error = f"unknown op type {to_json([kind])}"
+            elif malformed:
+                error = f"malformed ordering field {to_json(malformed)}: not a number"
+            elif op == "filtered":
+                out.filtered(at, name, database=database, schema=schema, table=table)
+                return
+            elif not database:
+                error = "missing database"
+            elif not table and (op == "truncate" or not is_ddl):
+                error = "missing table"
+        if error is not None or op is None:
+            out.fail(at, name, error or "", database=database, schema=schema, table=table)
             return
-        if malformed:
-            out.fail(at, name, f"malformed ordering field {to_json(malformed)}: not a number", **ident)
-            return
-        if op == "filtered":
-            out.filtered(at, name, **ident)
-            return
-        if not database:
-            out.fail(at, name, "missing database", **ident)
-            return
-        common = {
-            "database": database,
-            "schema": schema,
-            "table": table,
-            "order": self.order_key(m, order),
-            "event_time": self.event_time(m, order),
-            "position": self.position(m, order),
-            "meta": self.meta(m),
-        }
         types, facts = self.type_cache.derived(
             (database, schema, table), self.types_key(m), lambda: self.build_types(m), self.column_facts
         )
+        seq = self.order_key(m, order)
+        event_time = self.event_time(m, order)
+        position = self.position(m, order)
+        meta = self.meta(m)
+        pk = self.primary_key(m)
         if is_ddl:
-            if not table and op == "truncate":
-                out.fail(at, name, "missing table", **ident)
-                return
             out.add(
                 at,
                 name,
                 op,
+                database=database,
+                schema=schema,
+                table=table,
                 ddl_kind=ddl_kind,
                 ddl_sql=string(m.get("sql")),
                 table_changes=string(m.get("tableChanges")),
-                primary_key=self.primary_key(m),
+                primary_key=pk,
                 source_types=types,
-                **common,
+                order=seq,
+                event_time=event_time,
+                position=position,
+                meta=meta,
             )
             return
-        if not table:
-            out.fail(at, name, "missing table", **ident)
-            return
-        rows = m.get(self.delete_image if kind == "DELETE" else "data")
+        source = self.delete_image if kind == "DELETE" else "data"
+        rows = m.get(source)
         if type(rows) is not list or not rows:
-            source = self.delete_image if kind == "DELETE" else "data"
-            out.fail(at, name, f"no rows in '{source}'", **ident)
+            out.fail(at, name, f"no rows in '{source}'", database=database, schema=schema, table=table)
             return
-        pk = self.primary_key(m)
         old = m.get("old")
         old = old if type(old) is list else ()
+        normalize = self.normalize
         for index, raw_row in enumerate(rows):
-            row = self.normalize(image(raw_row), types, facts)
+            row = normalize(image(raw_row), types, facts)
+            problem = None
             if row is None:
-                out.fail(
-                    at,
-                    name,
-                    f"no rows in '{self.delete_image if kind == 'DELETE' else 'data'}'",
-                    row=index,
-                    **ident,
-                )
+                problem = f"no rows in '{source}'"
+            elif not pk:
+                problem = "missing primary key (pkNames is empty)"
+            elif any(row.get(k) is None for k in pk):
+                problem = f"NULL or absent primary key column in {to_json(pk)}"
+            if problem is not None:
+                out.fail(at, name, problem, database=database, schema=schema, table=table, row=index)
                 continue
-            after: Image | None = None
-            before: Image | None = None
             if op == "delete":
-                before = row
+                after, before = None, row
+            elif op == "update":
+                changed = normalize(image(old[index]), types, facts) if index < len(old) else None
+                after, before = row, overlay(row, changed)
             else:
-                after = row
-                if op == "update":
-                    changed = self.normalize(image(old[index]), types, facts) if index < len(old) else None
-                    before = overlay(row, changed)
-            if not pk:
-                out.fail(at, name, "missing primary key (pkNames is empty)", row=index, **ident)
-                continue
-            key_image = after if after is not None else before
-            if any(key_image.get(k) is None for k in pk):  # type: ignore[union-attr]
-                out.fail(at, name, f"NULL or absent primary key column in {to_json(pk)}", row=index, **ident)
-                continue
-            out.add(
-                at,
-                name,
-                op,
-                primary_key=pk,
-                after=after,
-                before=before,
-                source_types=types,
-                row=index,
-                **common,
-            )
+                after, before = row, None
+            out.row(
+                at, name, op, database, schema, table, pk, after, before, types, seq, index, event_time,
+                position, meta,
+            )  # fmt: skip
 
     def primary_key(self, m: dict[str, Any]) -> list[str]:
+        """pkNames, distinct, in order; the same list object while the pkNames do not change."""
         names = m.get("pkNames")
         if type(names) is not list:
             return []
-        return list(dict.fromkeys(n for n in (string(x) for x in names) if n is not None))
+        if names == self._pk_names:
+            return self._pk
+        pk = list(dict.fromkeys(n for n in (string(x) for x in names) if n is not None))
+        self._pk_names, self._pk = names, pk
+        return pk

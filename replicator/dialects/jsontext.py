@@ -25,12 +25,13 @@ class Num(str):
     __slots__ = ()
 
 
-def loads(raw: bytes | str) -> Any:
+def loads(raw: bytes | memoryview | str) -> Any:
     """orjson (which reads an integer beyond 64 bits as a float: Inexact sends it to the exact parser)."""
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return loads_exact(raw)  # raises ValueError (UnicodeDecodeError included) when not JSON
+        # raises ValueError (UnicodeDecodeError included) when not JSON
+        return loads_exact(bytes(raw) if isinstance(raw, memoryview) else raw)
 
 
 def loads_exact(raw: bytes | str) -> Any:
