@@ -30,10 +30,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def peak_rss(proc: psutil.Process, stop: threading.Event, out: list[int]) -> None:
+    """Peak RSS of the command (Python driver) and its direct children: the Spark JVM and the decode
+    workers. Not the JVM's own children: Hadoop's local file system forks ``chmod``/``readlink``, and a
+    forked child shows the JVM's whole RSS until it execs (counting it doubled the JVM, measured)."""
     peak = 0
     while not stop.is_set():
         try:
-            total = proc.memory_info().rss + sum(c.memory_info().rss for c in proc.children(recursive=True))
+            total = proc.memory_info().rss + sum(c.memory_info().rss for c in proc.children(recursive=False))
             peak = max(peak, total)
         except psutil.Error:
             pass
@@ -94,12 +97,13 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--files-per-trigger", type=int, default=0, help="0: everything in one batch")
+    parser.add_argument("--per-file", type=int, default=100_000, help="events per landing file")
     parser.add_argument("--workdir", default=str(REPO / "bench-out" / "throughput"))
     args = parser.parse_args()
     workdir = Path(args.workdir)
     shutil.rmtree(workdir, ignore_errors=True)
     t0 = time.monotonic()
-    paths = write_files(workdir / "landing", args.events, args.keys)
+    paths = write_files(workdir / "landing", args.events, args.keys, args.per_file)
     generated = time.monotonic() - t0
     elapsed, rss, err = run_mirror(workdir, args.files_per_trigger)
     batches = [json.loads(line) for line in err.splitlines() if line.startswith("{") and '"batch"' in line]

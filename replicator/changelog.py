@@ -53,8 +53,11 @@ def keep(table: pa.Table, mask: pa.Array | pa.ChunkedArray) -> pa.Table:
 
 
 def split_by_table(events: pa.Table) -> Iterable[tuple[TableId, pa.Table]]:
-    """Each table's rows, in their batch order: one stable sort of the table codes, then one ``take`` per
-    table (a batch of one table is passed through without a copy)."""
+    """Each table's rows, in their batch order: one stable sort of the table codes and one ``take`` of
+    the whole batch, then zero-copy slices (a batch of one table is passed through as it is).
+
+    A ``take`` per table would cost the whole batch each time: taking from a chunked map column
+    concatenates its chunks first (measured: 200 tables, 4 s)."""
     if events.num_rows == 0:
         return
     ident = pc.binary_join_element_wise(
@@ -64,14 +67,11 @@ def split_by_table(events: pa.Table) -> Iterable[tuple[TableId, pa.Table]]:
         "\x1f",
     )
     codes = pc.dictionary_encode(ident).combine_chunks()
-
-    def name_at(i: int) -> TableId:
-        return (events["database"][i].as_py(), events["schema"][i].as_py(), events["table"][i].as_py())
-
     if len(codes.dictionary) == 1:
-        yield name_at(0), events
+        yield (events["database"][0].as_py(), events["schema"][0].as_py(), events["table"][0].as_py()), events
         return
     order = pc.sort_indices(codes.indices)  # stable: rows of a table keep their order
+    ordered = events.take(order)
     sorted_codes = codes.indices.take(order)
     n = len(sorted_codes)
     changes = pc.indices_nonzero(
@@ -79,8 +79,8 @@ def split_by_table(events: pa.Table) -> Iterable[tuple[TableId, pa.Table]]:
     ).to_pylist()
     starts = [0, *[i + 1 for i in changes]]
     for start, end in zip(starts, [*starts[1:], n], strict=True):
-        taken = order.slice(start, end - start)
-        yield name_at(taken[0].as_py()), events.take(taken)
+        part = ordered.slice(start, end - start)
+        yield (part["database"][0].as_py(), part["schema"][0].as_py(), part["table"][0].as_py()), part
 
 
 def _with_key(rows: pa.Table, key: Sequence[str]) -> pa.Table:
@@ -123,7 +123,9 @@ def _key_list(values: list[pa.Array]) -> pa.Array:
     return pa.ListArray.from_arrays(offsets, pa.concat_arrays(values).take(pa.array(order)))
 
 
-def _seq_sort_keys(seq: pa.ChunkedArray | pa.Array, seq_text: pa.Array) -> dict[str, pa.Array]:
+def _seq_sort_keys(
+    seq: pa.ChunkedArray | pa.Array, seq_text: pa.ChunkedArray | pa.Array
+) -> dict[str, pa.Array | pa.ChunkedArray]:
     """Sort keys in ``seq`` order: its parts as integer columns when every ``seq`` has the same length
     (compared as ``seq_text`` compares them: negative parts as 0), else the text itself (slower)."""
     seq = seq.combine_chunks() if isinstance(seq, pa.ChunkedArray) else seq
@@ -133,21 +135,10 @@ def _seq_sort_keys(seq: pa.ChunkedArray | pa.Array, seq_text: pa.Array) -> dict[
         return {"_s": seq_text}
     width = pc.min(lengths).as_py()
     flat = np.maximum(pc.list_flatten(seq).to_numpy(), 0).reshape(n, width)
-    return {f"_s{j}": pa.array(flat[:, j]) for j in range(width)}
-
-
-def _run_ends(table: pa.Table, names: Sequence[str]) -> pa.Array:
-    """The index of the last row of each run of equal ``names`` values in a sorted table."""
-    m = table.num_rows
-    if m == 0:
-        return pa.array([], pa.int64())
-    boundary = _constant(False, m - 1)
-    for name in names:
-        col = table[name].combine_chunks()
-        col = pc.fill_null(col, -1 if pa.types.is_integer(col.type) else "")
-        boundary = pc.or_(boundary, pc.not_equal(col.slice(1), col.slice(0, m - 1)))
-    ends = pc.indices_nonzero(boundary)
-    return pa.concat_arrays([ends.cast(pa.int64()), pa.array([m - 1], pa.int64())])
+    varying = [
+        j for j in range(width) if flat[:, j].min() != flat[:, j].max()
+    ]  # constant parts decide nothing
+    return {f"_s{j}": pa.array(flat[:, j]) for j in varying} or {"_s0": pa.array(flat[:, 0])}
 
 
 def fold_table(rows: pa.Table, key: Sequence[str], barriers: Sequence[tuple[int, ...]]) -> pa.Table:
@@ -160,8 +151,10 @@ def fold_table(rows: pa.Table, key: Sequence[str], barriers: Sequence[tuple[int,
     segment = _segments(rows, barriers)
     op = rows["op"].combine_chunks()
     is_delete = pc.equal(op, "delete")
-    after = rows["after"].combine_chunks()
-    before = rows["before"].combine_chunks()
+    # Map columns stay chunked (one chunk per decoded slice): combining them costs more than every lookup
+    # and take below together (measured: 1.3 s for 1M events).
+    after = rows["after"]
+    before = rows["before"]
     # An update whose key differs between before and after: delete(old key) + upsert(new key).
     old_key = _key_values(before, key)
     new_key = _key_values(after, key)
@@ -173,13 +166,13 @@ def fold_table(rows: pa.Table, key: Sequence[str], barriers: Sequence[tuple[int,
         differs = pc.or_(differs, pc.fill_null(pc.not_equal(old, new), False))
     changed = pc.fill_null(pc.and_(changed, differs), False)
     key_cols = [pc.if_else(is_delete, o, a) for o, a in zip(old_key, new_key, strict=True)]
-    patch = pc.map_lookup(rows["meta"].combine_chunks(), PATCH_META, "first")
+    patch = pc.map_lookup(rows["meta"], PATCH_META, "first")
     if patch.null_count < len(patch):
         return _fold_with_patches(rows, key, segment, changed, before, after, key_cols, old_key, patch)
 
     # The sort keys of every event, plus one "delete of the old key" per key change (extra = True).
     source = pa.array(np.arange(n, dtype=np.int64))
-    seq_keys = _seq_sort_keys(rows["seq"], rows["seq_text"].combine_chunks())
+    seq_keys = _seq_sort_keys(rows["seq"], rows["seq_text"])
     small = {
         "segment": segment,
         **{f"_k{i}": c for i, c in enumerate(key_cols)},
@@ -200,9 +193,13 @@ def fold_table(rows: pa.Table, key: Sequence[str], barriers: Sequence[tuple[int,
         )
         table = pa.concat_tables([table, extra]).combine_chunks()
     key_names = [f"_k{i}" for i in range(len(key))]
-    order = pc.sort_indices(table, [(c, "ascending") for c in ("segment", *key_names, *seq_keys)])
+    # Sort by seq alone (integers), then a hash aggregate keeps each (segment, key)'s last row in that
+    # order: measured 3x faster than one sort by segment, key text and seq.
+    order = pc.sort_indices(table, [(c, "ascending") for c in seq_keys])
     ordered = table.take(order)
-    last = ordered.take(_run_ends(ordered, ["segment", *key_names]))
+    ordered = ordered.append_column("_pos", pa.array(np.arange(ordered.num_rows, dtype=np.int64)))
+    winners = ordered.group_by(["segment", *key_names], use_threads=False).aggregate([("_pos", "last")])
+    last = ordered.take(winners["_pos_last"])
     at = last["source"].combine_chunks()
     extra = last["extra"].combine_chunks()
     use_before = pc.or_(extra, is_delete.take(at))

@@ -102,6 +102,17 @@ def _exit_now(code: int) -> int:
     os._exit(code)
 
 
+def _optimize(args: argparse.Namespace) -> int:
+    from replicator.maintenance import optimize
+
+    for done in optimize(load_config(args.config), args.tables, args.vacuum_hours, args.target_file_size):
+        print(
+            f"{done.table}: {done.files_removed} files rewritten as {done.files_added}, "
+            f"{done.vacuumed} unreferenced files removed"
+        )
+    return _exit_now(0)
+
+
 def _status(args: argparse.Namespace) -> int:
     from replicator.status import print_status
 
@@ -151,6 +162,17 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--target-path", required=True)
     rep.add_argument("--tables", default=None, help="glob on database.table")
     rep.set_defaults(func=_replay)
+
+    opt = sub.add_parser("optimize", help="cluster mirrors by primary key (z-order) and vacuum them")
+    opt.add_argument("--config", required=True)
+    opt.add_argument("--tables", default=None, help="glob on database.table")
+    opt.add_argument(
+        "--vacuum-hours", type=float, default=None, help="also remove unreferenced files older than this"
+    )
+    opt.add_argument(
+        "--target-file-size", type=int, default=None, help="bytes per data file (default 100 MB)"
+    )
+    opt.set_defaults(func=_optimize)
 
     status = sub.add_parser("status", help="tables, phases, positions, dead letters, recent batches")
     status.add_argument("--config", required=True)

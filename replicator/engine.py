@@ -8,6 +8,7 @@ there are any, dead letters. Tables are then applied in parallel threads (delta-
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from replicator.barriers import declared_keys, plan_barriers, rename_units
 from replicator.changelog import Barrier, TableId, fold, keep, no_changes, seq_texts, split_by_table
 from replicator.config import JobConfig
 from replicator.dialects.base import DecodeOptions, gc_paused
-from replicator.dialects.pool import decode_batch
+from replicator.dialects.pool import decode_stream
 from replicator.logging import get_logger
 from replicator.model import BARRIER_OPS, DML_OPS, parse_seq_text, seq_text
 from replicator.phases import advance_all, after_horizon, bulk_load, table_activity
@@ -87,22 +88,25 @@ class Engine:
     # ---- the micro-batch ----------------------------------------------------------------------------------
     def process(self, frame: DataFrame, batch_id: int) -> BatchSummary:
         """A streaming micro-batch (the source's rows) -> mirrors. One Spark job brings its raw records to
-        the driver as Arrow; everything after that is Arrow and delta-rs."""
+        the driver (sources.BATCH_RECORDS); everything after that is Arrow and delta-rs."""
         started = time.monotonic()
-        with gc_paused():
-            records = BATCH_RECORDS[self.config.source.type](frame)
-        return self.process_records(records, batch_id, started)
+        return self._run(BATCH_RECORDS[self.config.source.type](frame), batch_id, started)
 
-    def process_records(self, records: pa.Table, batch_id: int, started: float | None = None) -> BatchSummary:
-        """Raw records (sources.raw_schema) -> decode -> route -> keys, barriers, fold -> apply -> state."""
-        started = time.monotonic() if started is None else started
+    def process_records(self, records: pa.Table, batch_id: int) -> BatchSummary:
+        """Raw records (sources.raw_schema) as one micro-batch (bootstrap from message files, tests)."""
+        return self._run([records], batch_id, time.monotonic())
+
+    def _run(self, chunks: Iterable[pa.Table], batch_id: int, started: float) -> BatchSummary:
+        """Read + decode (overlapped, pool.decode_stream) -> route -> keys, barriers, fold -> apply ->
+        state."""
         phases = Phases(started)
-        phases.lap("read")
         source = self.config.source
         with gc_paused():
-            decoded = decode_batch(records, source.dialect, self.options, batch_id, source.decode_workers)
+            records, decoded = decode_stream(
+                chunks, source.dialect, self.options, batch_id, source.decode_workers
+            )
             decoded = route(decoded, self.config.tables.route)
-        phases.lap("decode")
+        phases.lap("read+decode")
         summary = self._process(records, decoded, batch_id, phases)
         summary.duration_ms = int((time.monotonic() - started) * 1000)
         self.state.record_batch(summary)
@@ -213,6 +217,9 @@ class Engine:
                     "inserted": result.merged.inserted,
                     "updated": result.merged.updated,
                     "deleted": result.merged.deleted,
+                    "files_scanned": result.merged.files_scanned,
+                    "files_skipped": result.merged.files_skipped,
+                    "rows_copied": result.merged.rows_copied,
                     "ddl": len(result.ddl),
                     "dead_letters": len(result.dead),
                 }

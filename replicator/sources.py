@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import numpy as np
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
@@ -122,50 +124,53 @@ def read_file(uri: str) -> bytes | None:
         return None
 
 
-def file_records(files: list[tuple[str, int]], contents: dict[str, bytes] | None = None) -> pa.Table:
-    """Raw records of (path, mtime ms) files, in the given order; partition = the file's modification
-    time (ms), offset = line number."""
+def file_chunk(path: str, mtime: int, content: bytes) -> pa.Table:
+    """One file's raw records; partition = the file's modification time (ms), offset = line number."""
     import numpy as np
     import pyarrow as pa
 
-    schema = raw_schema()
+    raw, numbers = split_file(path, content)
+    n = len(raw)
+    return pa.table(
+        [
+            raw,
+            pa.array([path], pa.string()).take(pa.array(np.zeros(n, np.int32))),
+            pa.array(np.full(n, mtime, np.int64)),
+            pa.array(np.asarray(numbers, np.int64)),
+        ],
+        schema=raw_schema(),
+    )
+
+
+def file_records(files: list[tuple[str, int]]) -> pa.Table:
+    """Raw records of (path, mtime ms) files, in the given order."""
+    import pyarrow as pa
+
     chunks = []
     for path, mtime in files:
-        content = (contents or {}).get(path)
+        content = read_file(path)
         if content is None:
-            content = read_file(path)
-        if content is None:
-            raise OSError(f"cannot read {path}: no file system for it (pyarrow.fs) and no content from Spark")
-        raw, numbers = split_file(path, content)
-        n = len(raw)
-        chunks.append(
-            pa.table(
-                [
-                    raw,
-                    pa.array([path], pa.string()).take(pa.array(np.zeros(n, np.int32))),
-                    pa.array(np.full(n, mtime, np.int64)),
-                    pa.array(np.asarray(numbers, np.int64)),
-                ],
-                schema=schema,
-            )
-        )
-    return pa.concat_tables(chunks) if chunks else schema.empty_table()
+            raise OSError(f"cannot read {path}: no file system for it (pyarrow.fs)")
+        chunks.append(file_chunk(path, mtime, content))
+    return pa.concat_tables(chunks) if chunks else raw_schema().empty_table()
 
 
-def files_batch_records(frame: DataFrame) -> pa.Table:
-    """A files micro-batch (binaryFile rows) -> raw records. One Spark job lists the batch's files (the
-    content column pruned away); the driver reads them, or takes Spark's content where it cannot."""
+def files_batch_records(frame: DataFrame) -> Iterator[pa.Table]:
+    """A files micro-batch (binaryFile rows) -> raw records, one table per file, read as they are
+    consumed (the decoder works on one file while the next is read). One Spark job lists the batch's
+    files (the content column pruned away); the driver reads them, or takes Spark's content where no
+    pyarrow file system opens the path."""
     from pyspark.sql import functions as F
 
     listed = frame.select("path", F.unix_millis("modificationTime").alias("mtime")).toArrow().to_pylist()
     listed.sort(key=lambda r: (r["mtime"], r["path"]))
-    files = [(r["path"], r["mtime"]) for r in listed]
-    contents = {path: read_file(path) for path, _ in files}
-    unreadable = [p for p, c in contents.items() if c is None]
-    if unreadable:  # rare: a scheme pyarrow has no file system for
-        rows = frame.where(F.col("path").isin(unreadable)).select("path", "content").collect()
-        contents.update({r["path"]: bytes(r["content"]) for r in rows})
-    return file_records(files, contents)  # type: ignore[arg-type]
+    for entry in listed:
+        path, mtime = entry["path"], entry["mtime"]
+        content = read_file(path)
+        if content is None:  # rare: a scheme pyarrow has no file system for
+            [row] = frame.where(F.col("path") == path).select("content").collect()
+            content = bytes(row["content"])
+        yield file_chunk(path, mtime, content)
 
 
 def files_stream(spark: SparkSession, config: JobConfig) -> DataFrame:
@@ -210,7 +215,7 @@ def kafka_options(options: KafkaOptions) -> dict[str, str]:
     return built
 
 
-def kafka_batch_records(frame: DataFrame) -> pa.Table:
+def kafka_batch_records(frame: DataFrame) -> Iterator[pa.Table]:
     """A Kafka micro-batch -> raw records. Kafka tombstones (null values, after Debezium deletes) are not
     records."""
     from pyspark.sql import functions as F
@@ -225,7 +230,7 @@ def kafka_batch_records(frame: DataFrame) -> pa.Table:
         )
         .toArrow()
     )
-    return table.cast(raw_schema())
+    yield table.cast(raw_schema())
 
 
 def kafka_stream(spark: SparkSession, config: JobConfig) -> DataFrame:

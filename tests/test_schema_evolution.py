@@ -305,6 +305,9 @@ def test_create_table_declares_the_key_before_any_dml(run):
         "inserted": 0,
         "updated": 0,
         "deleted": 0,
+        "files_scanned": 0,
+        "files_skipped": 0,
+        "rows_copied": 0,
         "ddl": 1,
         "dead_letters": 0,
     }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,14 +20,52 @@ class Txn:
 
 @dataclass(frozen=True)
 class MergeResult:
+    """Rows changed by a write, and what it cost: data files read and rows copied into rewritten files
+    (where the writer reports them)."""
+
     inserted: int = 0
     updated: int = 0
     deleted: int = 0
+    files_scanned: int = 0
+    files_skipped: int = 0
+    rows_copied: int = 0
 
     def __add__(self, other: MergeResult) -> MergeResult:
-        return MergeResult(
-            self.inserted + other.inserted, self.updated + other.updated, self.deleted + other.deleted
-        )
+        return MergeResult(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+
+def _literal(value: object) -> str | None:
+    """A SQL literal of a key value, or None for types a range predicate is not written for."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return None
+
+
+def key_range(
+    batch: pa.Table, key: Sequence[str], alias: str = "t", ident: Callable[[str], str] | None = None
+) -> str | None:
+    """``t.k >= lo AND t.k <= hi`` for the first key column's range in ``batch`` (integers and text).
+
+    Joined to a MERGE's key predicate it lets the writer skip every data file whose statistics lie outside
+    the range: with files clustered by key (compaction with z-order, ``replicator optimize``) a batch that
+    touches a narrow key range reads and rewrites only the files that hold it."""
+    import pyarrow.compute as pc
+
+    if not key or batch.num_rows == 0:
+        return None
+    column = batch[key[0]]
+    if not (pa.types.is_integer(column.type) or pa.types.is_string(column.type)):
+        return None
+    bounds = pc.min_max(column).as_py()
+    lo, hi = _literal(bounds["min"]), _literal(bounds["max"])
+    if lo is None or hi is None:
+        return None
+    name = (ident or quote)(key[0])
+    return f"{alias}.{name} >= {lo} AND {alias}.{name} <= {hi}"
 
 
 class MirrorWriter(ABC):

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from replicator.sinks.base import MergeResult, MirrorWriter, Txn, quote
+from replicator.sinks.base import MergeResult, MirrorWriter, Txn, key_range, quote
 
 
 def _commit(txn: Txn | None):  # type: ignore[no-untyped-def]
@@ -55,6 +55,11 @@ class DeltaRsWriter(MirrorWriter):
         if batch.num_rows == 0:
             return MergeResult()
         on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
+        bounds = key_range(batch, key)
+        if bounds:
+            on = f"{on} AND {bounds}"
+        # Sorted by key, inserted rows land in data files of narrow key ranges (file pruning, above).
+        batch = batch.sort_by([(k, "ascending") for k in key])
         newer = f"s.{quote(seq_column)} > t.{quote(seq_column)}"
         is_delete = f"s.{quote(op_column)} = 'delete'"
         table = self._table()
@@ -76,6 +81,9 @@ class DeltaRsWriter(MirrorWriter):
             metrics.get("num_target_rows_inserted", 0),
             metrics.get("num_target_rows_updated", 0),
             metrics.get("num_target_rows_deleted", 0),
+            metrics.get("num_target_files_scanned", 0),
+            metrics.get("num_target_files_skipped_during_scan", 0),
+            metrics.get("num_target_rows_copied", 0),
         )
 
     def append(self, batch: pa.Table, txn: Txn | None) -> None:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 
-from replicator.sinks.base import MergeResult, MirrorWriter, Txn, quote
+from replicator.sinks.base import MergeResult, MirrorWriter, Txn, key_range, quote
 
 JARS_MISSING = (
     "the delta-spark writer needs Delta Lake's Spark jars (io.delta:delta-spark) and the settings "
@@ -106,6 +106,9 @@ class DeltaSparkWriter(MirrorWriter):
         view = f"replicator_merge_{abs(hash(self.path))}"
         self.spark.createDataFrame(batch).createOrReplaceTempView(view)
         on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}".replace('"', "`") for k in key)
+        bounds = key_range(batch, key, ident=_ident)
+        if bounds:  # file skipping on the key range (base.key_range)
+            on = f"{on} AND {bounds}"
         newer = f"s.{_ident(seq_column)} > t.{_ident(seq_column)}"
         is_delete = f"s.{_ident(op_column)} = 'delete'"
         with self._txn(txn):

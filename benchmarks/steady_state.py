@@ -1,0 +1,149 @@
+"""Steady state into a large mirror: 10 micro-batches of 100,000 canal-json events against a 5,000,000-row
+mirror, per-batch time and what each MERGE read and rewrote.
+
+The mirror is loaded with ``replicator bootstrap`` from Parquet files written in key order (so its data
+files hold narrow key ranges), then ``replicator mirror --available-now`` runs with
+``max_files_per_trigger: 1`` over ten files of events. Two key distributions:
+
+- ``hot`` (default): inserts of new keys, updates and deletes of the newest 5% of the keys -- the
+  usual OLTP shape (recent orders change, old ones rarely). The MERGE's key-range predicate skips the
+  files outside the hot range: cost follows the rows touched.
+- ``uniform``: updates anywhere in the 5M keys. Every data file holds some touched key, so copy-on-write
+  MERGE rewrites the whole table each batch: cost follows the table size (the limit, measured).
+
+Not a test; ``make bench`` runs it, results in docs/performance.md:
+
+    python benchmarks/steady_state.py [--rows 5000000] [--batches 10] [--events 100000] [--keys hot]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workload import ES0, TYPES, _msg, row
+
+REPO = Path(__file__).resolve().parent.parent
+ROWS_PER_FILE = 250_000
+
+
+def snapshot(folder: Path, rows: int) -> None:
+    """``rows`` rows in key order, as Parquet files of canonical text and a manifest with the types."""
+    rng = random.Random(1)
+    table_dir = folder / "bench" / "orders"
+    table_dir.mkdir(parents=True)
+    for start in range(0, rows, ROWS_PER_FILE):
+        keys = range(start, min(start + ROWS_PER_FILE, rows))
+        data = [row(rng, k, 0) for k in keys]
+        pq.write_table(pa.Table.from_pylist(data), table_dir / f"part-{start // ROWS_PER_FILE:05d}.parquet")
+    manifest = {
+        "position": f"es={ES0 - 1}",
+        "tables": [{"database": "bench", "table": "orders", "key": ["id"], "types": TYPES}],
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def events(folder: Path, rows: int, batches: int, per_batch: int, keys: str) -> None:
+    """``batches`` files of ``per_batch`` messages: 10% inserts of new keys, 75% updates, 15% deletes
+    and re-inserts, over the newest 5% of the keys (hot) or all of them (uniform)."""
+    rng = random.Random(7)
+    folder.mkdir(parents=True)
+    next_key = rows
+    hot = max(1, rows // 20)
+    deleted: set[int] = set()
+    n = 0
+    for b in range(batches):
+        with (folder / f"batch-{b:03d}.jsonl").open("wb") as f:
+            for _ in range(per_batch):
+                roll = rng.random()
+                low = next_key - hot if keys == "hot" else 0
+                key = rng.randrange(low, next_key)
+                if roll < 0.10:
+                    key, next_key = next_key, next_key + 1
+                    message = _msg("INSERT", row(rng, key, n), None, ES0 + n, n)
+                elif roll < 0.85 and key not in deleted:
+                    new = row(rng, key, n)
+                    message = _msg("UPDATE", new, {"qty": "0", "status": "old"}, ES0 + n, n)
+                elif key in deleted:
+                    deleted.discard(key)
+                    message = _msg("INSERT", row(rng, key, n), None, ES0 + n, n)
+                else:
+                    deleted.add(key)
+                    message = _msg("DELETE", row(rng, key, n), None, ES0 + n, n)
+                f.write(orjson.dumps(message) + b"\n")
+                n += 1
+
+
+def run(args: list[str], cwd: Path) -> tuple[float, str]:
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "replicator.cli", *args], cwd=cwd, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"replicator {args[0]} failed:\n{proc.stderr[-4000:]}")
+    return time.monotonic() - started, proc.stderr
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--events", type=int, default=100_000, help="events per batch")
+    parser.add_argument("--keys", choices=["hot", "uniform"], default="hot")
+    parser.add_argument("--workdir", default=str(REPO / "bench-out" / "steady-state"))
+    args = parser.parse_args()
+    work = Path(args.workdir) / args.keys
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    (work / "job.yaml").write_text(
+        "name: steady\nsource:\n  type: files\n  path: landing\n  dialect: canal-json\n"
+        "  max_files_per_trigger: 1\ntarget:\n  path: lake\nstate:\n  path: state\n"
+    )
+    t0 = time.monotonic()
+    snapshot(work / "snapshot", args.rows)
+    events(work / "landing", args.rows, args.batches, args.events, args.keys)
+    generated = time.monotonic() - t0
+    loaded, _ = run(
+        ["bootstrap", "--config", "job.yaml", "--snapshot", "snapshot/manifest.json", "--no-progress"], work
+    )
+    wall, log = run(["mirror", "--config", "job.yaml", "--available-now"], work)
+    batches = [json.loads(line) for line in log.splitlines() if line.startswith("{") and '"batch"' in line]
+    per_batch = [
+        {
+            "batch": b["batch_id"],
+            "ms": b["duration_ms"],
+            "phases_ms": b["phases_ms"],
+            **{k: b["tables"]["bench.orders"][k] for k in ("files_scanned", "files_skipped", "rows_copied")},
+            "touched": sum(b["tables"]["bench.orders"][k] for k in ("inserted", "updated", "deleted")),
+        }
+        for b in batches
+    ]
+    result = {
+        "rows": args.rows,
+        "keys": args.keys,
+        "batches": len(batches),
+        "events_per_batch": args.events,
+        "bootstrap_s": round(loaded, 1),
+        "mirror_wall_s": round(wall, 1),
+        "batch_ms": [p["ms"] for p in per_batch],
+        "median_batch_ms": sorted(p["ms"] for p in per_batch)[len(per_batch) // 2] if per_batch else None,
+        "per_batch": per_batch,
+        "generate_s": round(generated, 1),
+    }
+    print(json.dumps(result, indent=1))
+    (work / "result.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
