@@ -200,7 +200,7 @@ class TableApplier:
             return batch
         key = self._key()
         first = pc.unique(batch[key[0]])
-        stored = tombs.read([*key, CDC_SEQ], pc.field(key[0]).isin(first))
+        stored = tombs.read_keys(key[0], first, [*key, CDC_SEQ])
         if stored.num_rows == 0:
             return batch
         stored = stored.rename_columns([*key, "_tomb_seq"])
@@ -250,7 +250,7 @@ class TableApplier:
         needs_stored = [r["key"][0] for r in records if r["has_patches"] and r["base_op"] is None]
         stored: dict[str, str] = {}
         if needs_stored and self.mirror.exists():
-            found = self.mirror.read(["_id", "document"], pc.field("_id").isin(needs_stored))
+            found = self.mirror.read_keys("_id", pa.array(needs_stored, pa.string()), ["_id", "document"])
             stored = dict(zip(found["_id"].to_pylist(), found["document"].to_pylist(), strict=True))
         dead: list[DeadRow] = []
         keep = []

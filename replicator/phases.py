@@ -140,7 +140,7 @@ def append_snapshot(applier: TableApplier, typed: pa.Table, txn: Txn | None) -> 
     key = list(applier.table_state.primary_key)
     mirror = applier.mirror
     if mirror.exists():
-        stored = mirror.read(key, pc.field(key[0]).isin(pc.unique(typed[key[0]])))
+        stored = mirror.read_keys(key[0], pc.unique(typed[key[0]]), key)
         if stored.num_rows and typed.select(key).join(stored, key, join_type="inner").num_rows:
             return False  # a key is already there (re-delivered rows): MERGE decides by seq
     mirror.append(typed, txn)

@@ -39,7 +39,7 @@ from tests.model import replay as model_replay
 from tests.test_properties import assert_mirror_is, cases, ddl_case, read_rows, run
 from tests.workload import ENCODERS, RENAMED, TABLE, Encoder
 
-SPARK_EXAMPLES = settings().max_examples if settings._current_profile == "soak" else 1
+SPARK_EXAMPLES = settings().max_examples if settings._current_profile == "soak" else 5
 GROUPS = {e.name: [e] for e in ENCODERS if e.name != "ckafka"}
 # CI runs one format with DDL and one DML-only, keyless one (test_properties.py covers every format's
 # decoding); soak runs them all.

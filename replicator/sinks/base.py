@@ -46,7 +46,7 @@ def _literal(value: object) -> str | None:
 
 
 def key_range(
-    batch: pa.Table, key: Sequence[str], alias: str = "t", ident: Callable[[str], str] | None = None
+    batch: pa.Table, key: Sequence[str], alias: str | None = "t", ident: Callable[[str], str] | None = None
 ) -> str | None:
     """``t.k >= lo AND t.k <= hi`` for the first key column's range in ``batch`` (integers and text).
 
@@ -65,7 +65,8 @@ def key_range(
     if lo is None or hi is None:
         return None
     name = (ident or quote)(key[0])
-    return f"{alias}.{name} >= {lo} AND {alias}.{name} <= {hi}"
+    prefix = f"{alias}." if alias else ""
+    return f"{prefix}{name} >= {lo} AND {prefix}{name} <= {hi}"
 
 
 class MirrorWriter(ABC):
@@ -110,6 +111,12 @@ class MirrorWriter(ABC):
 
     @abstractmethod
     def read(self, columns: Sequence[str] | None = None, filter_: object | None = None) -> pa.Table: ...
+
+    def read_keys(self, column: str, values: pa.Array, columns: Sequence[str]) -> pa.Table:
+        """The rows whose ``column`` is one of ``values`` (the lookups of tombstones and stored rows)."""
+        import pyarrow.compute as pc
+
+        return self.read(columns, pc.field(column).isin(values))
 
     # ---- schema changes (replicator.schema_changes) -------------------------------------------------------
     def overwrite(self, data: pa.Table, txn: Txn | None = None) -> None:

@@ -110,6 +110,23 @@ class DeltaRsWriter(MirrorWriter):
             self.path, data, mode="overwrite", schema_mode="overwrite", commit_properties=_commit(txn)
         )
 
+    def read_keys(self, column: str, values: pa.Array, columns: Sequence[str]) -> pa.Table:
+        """Files chosen by their Delta statistics (the key range of ``values``), rows filtered in memory.
+
+        Not a pyarrow dataset filter: delta-rs writes strings as ``string_view`` in the Parquet files of
+        a MERGE, and pyarrow then fails to compare the statistics of such a file with a ``string``
+        literal ("no kernel matching input types (string, string_view)")."""
+        import pyarrow.compute as pc
+
+        if not self.exists():
+            raise FileNotFoundError(self.path)
+        values = pa.chunked_array([values]).combine_chunks() if isinstance(values, pa.Array) else values
+        bounds = key_range(pa.table({column: values}), [column], alias=None)
+        table = (
+            self._table().to_pyarrow_dataset(file_pruning_predicate=bounds).to_table(columns=list(columns))
+        )
+        return table.filter(pc.is_in(table[column], value_set=values.cast(table.schema.field(column).type)))
+
     def read(self, columns: Sequence[str] | None = None, filter_: object | None = None) -> pa.Table:
         if not self.exists():
             raise FileNotFoundError(self.path)
