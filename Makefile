@@ -40,8 +40,13 @@ soak: install ## long randomized runs: many hypothesis examples through the real
 	HYPOTHESIS_PROFILE=soak $(BIN)/python -m pytest -q tests/test_properties.py tests/test_bad_input.py tests/test_crash.py
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 
-bench: install ## throughput benchmark, results go to docs/performance.md by hand
+bench: install ## the benchmarks of docs/performance.md (about 30 minutes); results in bench-out/*/result.json
 	$(BIN)/python benchmarks/throughput.py
+	$(BIN)/python benchmarks/steady_state.py --keys hot
+	$(BIN)/python benchmarks/steady_state.py --keys uniform
+	$(BIN)/python benchmarks/many_tables.py
+	$(BIN)/python benchmarks/latency.py
+	$(BIN)/python benchmarks/memory.py
 
 clean:
 	rm -rf demo-out bench-out .pytest_cache spark-warehouse

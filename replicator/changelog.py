@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from replicator.dialects.events import decoded_schema
 from replicator.model import DML_OPS, SEQ_WIDTH, seq_text
 
 TableId = tuple[str, str | None, str]  # database, schema, table
@@ -324,15 +325,7 @@ def _with_patches(ordered: pa.Table, folded: pa.Table, ends: list[int]) -> pa.Ta
     )
 
 
-COORDINATES_TYPE = pa.struct(
-    [
-        ("source", pa.string()),
-        ("partition", pa.int64()),
-        ("offset", pa.int64()),
-        ("index", pa.int32()),
-        ("row", pa.int32()),
-    ]
-)
+COORDINATES_TYPE = decoded_schema().field("coordinates").type
 
 
 def no_changes() -> pa.Table:

@@ -12,41 +12,28 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from replicator.dialects.events import decoded_schema
 from replicator.sinks.base import MirrorWriter, Txn, WriterFactory
 
 if TYPE_CHECKING:
     from replicator.changelog import TableId
 
-_STRINGS = pa.map_(pa.string(), pa.string())
-# The change log: the change-event contract (model.EVENT_FIELDS) plus the batch id. Lists name their
-# items "element", as delta-rs writes them on append: every file of the table has one physical schema.
-CHANGELOG_SCHEMA = pa.schema(
-    [
-        *[(name, pa.string()) for name in ("dialect", "database", "schema", "table", "op")],
-        *[(name, pa.string()) for name in ("ddl_kind", "ddl_sql", "table_changes")],
-        ("primary_key", pa.list_(pa.field("element", pa.string()))),
-        ("after", _STRINGS),
-        ("before", _STRINGS),
-        ("source_types", _STRINGS),
-        ("seq", pa.list_(pa.field("element", pa.int64()))),
-        ("event_time", pa.timestamp("us", tz="UTC")),
-        ("position", pa.string()),
-        ("meta", _STRINGS),
-        (
-            "coordinates",
-            pa.struct(
-                [
-                    ("source", pa.string()),
-                    ("partition", pa.int64()),
-                    ("offset", pa.int64()),
-                    ("index", pa.int32()),
-                    ("row", pa.int32()),
-                ]
-            ),
-        ),
-        ("batch_id", pa.int64()),
-    ]
-)
+
+
+def _changelog_schema() -> pa.Schema:
+    """The change log: the change-event contract (model.EVENT_FIELDS) plus the batch id. Lists name their
+    items "element", as delta-rs writes them on append: every file of the table has one physical schema."""
+    fields = []
+    for f in decoded_schema():
+        if f.name in ("error", "raw"):
+            continue
+        if pa.types.is_list(f.type):
+            f = pa.field(f.name, pa.list_(pa.field("element", f.type.value_type)))
+        fields.append(f)
+    return pa.schema([*fields, ("batch_id", pa.int64())])
+
+
+CHANGELOG_SCHEMA = _changelog_schema()
 
 DEAD_LETTER_SCHEMA = pa.schema(
     [
