@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from tests.helpers import Runner, canal, job, order
+from tests.helpers import Runner, canal, job, order, write_jsonl
 
 ES = 1_700_000_000_000
 
@@ -292,3 +292,29 @@ def test_a_tombstoned_key_in_a_batch_does_not_hold_back_the_other_keys(runner, t
         ],
     )
     assert ids(runner.mirror()) == [2, 3]
+
+
+def test_a_batch_large_enough_for_the_decode_workers(runner, tmp_path):
+    """25,000 records (over pool.PARALLEL_FROM) in three files: decoded in worker processes, slice by
+    slice, while the driver reads the next file; one bad record among them is a dead letter."""
+    from replicator.dialects.pool import PARALLEL_FROM
+
+    count = 25_000
+    assert count >= PARALLEL_FROM
+    messages = [canal("INSERT", [order(i, f"n{i}")], es=ES + i) for i in range(count)]
+    messages += [
+        canal("UPDATE", [order(i, "u")], old=[{"name": f"n{i}"}], es=ES + count + i)
+        for i in range(0, count, 2)
+    ]
+    messages += [canal("DELETE", [order(i, "u")], es=ES + 3 * count + i) for i in range(0, count, 4)]
+    folder = tmp_path / "big"
+    third = len(messages) // 3
+    write_jsonl(folder / "a.jsonl", messages[:third])
+    write_jsonl(folder / "b.jsonl", [*messages[third : 2 * third], "not json"])
+    write_jsonl(folder / "c.jsonl", messages[2 * third :])
+    summary = runner.batch(folder)
+    assert summary.records_in == len(messages) + 1
+    assert summary.dead_letters == 1 and summary.applied == len(messages)
+    rows = {r["id"]: r["name"] for r in runner.mirror()}
+    expected = {i: ("u" if i % 2 == 0 else f"n{i}") for i in range(count) if i % 4 != 0}
+    assert rows == expected
