@@ -318,6 +318,13 @@ class TableApplier:
         return self.result
 
     def apply_rows(self, part: pa.Table, txn: Txn | None) -> bool:
+        horizon = self.table_state.truncate_seq
+        if horizon and part.num_rows:
+            # At or before the table's horizon (a truncate, a drop, a rename away): applied already or gone.
+            # Decided before anything is created, so a renamed-away name does not come back empty.
+            part = part.filter(pc.greater(part["seq_text"], pa.scalar(horizon)))
+            if part.num_rows == 0:
+                return False
         part, dead = self.resolve_patches(part)
         self.result.dead.extend(dead)
         keys = pc.unique(part["image"].combine_chunks().keys).to_pylist() if part.num_rows else []

@@ -350,17 +350,26 @@ def _(change: ddl.RenameTable, ctx: Context) -> None:
         log.info("rename of a routed shard recorded; the merged mirror stays", table=table_label(ctx.table))
         return
     old, new = ctx.resolve(change.old), ctx.resolve(change.new)
+    # The old name keeps a horizon at the rename: its events up to the rename (delivered again, or a change
+    # log replayed over this mirror) are in the new name's mirror already and are not applied again, nor is
+    # the rename itself (whichever name's events carry it).
     if ctx.table == old:
+        if _renamed_already(ctx.applier.table_state, ctx.seq_text):
+            return
         ctx.handler.move(ctx, old, new, ctx.applier.table_state)
-        ctx.set_state(dropped=True)
+        ctx.set_state(dropped=True, truncate_seq=ctx.seq_text)
     elif ctx.table == new:
         moved = ctx.handler.take_moved(ctx.seq_text, new)
         if moved is None:  # the old name had nothing in this batch: move it from the registry
             previous = ctx.applier.state.tables().get(old) or TableState(
                 old[0], old[1], old[2], mirror=mirror_path(ctx.config, old)
             )
+            if _renamed_already(previous, ctx.seq_text):
+                return
             moved = ctx.handler.move(ctx, old, new, previous, keep=False)
-            ctx.applier.state.save_tables([replace(previous, dropped=True)], ctx.applier.batch_id)
+            ctx.applier.state.save_tables(
+                [replace(previous, dropped=True, truncate_seq=ctx.seq_text)], ctx.applier.batch_id
+            )
         state = ctx.applier.table_state
         ctx.applier.table_state = replace(
             moved,
@@ -371,6 +380,17 @@ def _(change: ddl.RenameTable, ctx: Context) -> None:
             primary_key=moved.primary_key or state.primary_key,
             dropped=False,
         )
+
+
+def _renamed_already(old_state: TableState, seq_text: str) -> bool:
+    """The old name was dropped at or after this rename: the rename is applied already."""
+    done = old_state.dropped and bool(seq_text) and (old_state.truncate_seq or "") >= seq_text
+    if done:
+        log.info(
+            "rename applied already",
+            table=table_label((old_state.database, old_state.schema, old_state.table)),
+        )
+    return done
 
 
 def _no_op(change: Any, ctx: Context) -> None:

@@ -179,11 +179,6 @@ def test_replay_through_every_schema_change(spark, tmp_path):
         assert table_files(out, encoder) == single[encoder.name], encoder.name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a rename applied a second time moves a re-created old-name mirror over the new one "
-    "(replicator/schema_changes.py RenameTable / BarrierHandler.move)",
-)
 def test_change_log_replayed_twice_through_a_rename(spark, tmp_path):
     encoders = GROUPS["canal-json"]
     statements, plan = ddl_case(encoders)
