@@ -358,6 +358,9 @@ def _(change: ddl.RenameTable, ctx: Context) -> None:
             return
         ctx.handler.move(ctx, old, new, ctx.applier.table_state)
         ctx.set_state(dropped=True, truncate_seq=ctx.seq_text)
+        # Recorded now, not with the batch's registry commit: a replay after a crash later in this batch
+        # must find the rename done rather than re-create the old name from this batch's rows.
+        ctx.applier.state.save_tables([ctx.applier.table_state], ctx.applier.batch_id)
     elif ctx.table == new:
         moved = ctx.handler.take_moved(ctx.seq_text, new)
         if moved is None:  # the old name had nothing in this batch: move it from the registry
