@@ -123,22 +123,23 @@ class Events:
     ) -> None:
         """One event. ``order`` is the dialect's part of ``seq`` (the coordinates follow it; ``None``
         leaves ``seq`` NULL); ``event_time`` is epoch microseconds (:func:`epoch_micros`)."""
-        c = self.columns
-        c["ddl_kind"].append(ddl_kind)
-        c["ddl_sql"].append(ddl_sql)
-        c["table_changes"].append(table_changes)
-        c["error"].append(error)
-        c["raw"].append(None if error is None or at.raw is None else bytes(at.raw))
-        self._row(
+        self.row(
             at, dialect, op, database, schema, table, primary_key, after, before, source_types, order, row,
             event_time, position, meta,
         )  # fmt: skip
+        c = self.columns
+        c["ddl_kind"][-1] = ddl_kind
+        c["ddl_sql"][-1] = ddl_sql
+        c["table_changes"][-1] = table_changes
+        c["error"][-1] = error
+        if error is not None and at.raw is not None:
+            c["raw"][-1] = bytes(at.raw)
 
     def row(
         self,
         at: At,
         dialect: str | None,
-        op: str,
+        op: str | None,
         database: str | None,
         schema: str | None,
         table: str | None,
@@ -146,7 +147,7 @@ class Events:
         after: Image | None,
         before: Image | None,
         source_types: Image | None,
-        order: Sequence[int],
+        order: Sequence[int] | None,
         row: int,
         event_time: int | None,
         position: str | None,
@@ -154,21 +155,8 @@ class Events:
     ) -> None:
         """A row event (no DDL fields, no error), positionally: the hot path of the row formats."""
         c = self.columns
-        c["ddl_kind"].append(None)
-        c["ddl_sql"].append(None)
-        c["table_changes"].append(None)
-        c["error"].append(None)
-        c["raw"].append(None)
-        self._row(
-            at, dialect, op, database, schema, table, primary_key, after, before, source_types, order, row,
-            event_time, position, meta,
-        )  # fmt: skip
-
-    def _row(  # type: ignore[no-untyped-def]
-        self, at, dialect, op, database, schema, table, primary_key, after, before, source_types, order, row,
-        event_time, position, meta,
-    ) -> None:  # fmt: skip
-        c = self.columns
+        for name in ("ddl_kind", "ddl_sql", "table_changes", "error", "raw"):
+            c[name].append(None)
         c["dialect"].append(dialect)
         c["database"].append(database)
         c["schema"].append(schema)
@@ -229,18 +217,8 @@ class Events:
         engine groups a batch's type maps without reading every row's map."""
         import pyarrow as pa
 
-        index: dict[int, int] = {}
-        texts: list[str] = []
-        positions: list[int | None] = []
-        for types in self.types:
-            if types is None:
-                positions.append(None)
-                continue
-            at = index.get(id(types))
-            if at is None:
-                at = index[id(types)] = len(texts)
-                texts.append(type_key_text(types))
-            positions.append(at)
+        distinct, positions = _distinct(self.types)
+        texts = [type_key_text(types) for types in distinct]
         return pa.DictionaryArray.from_arrays(pa.array(positions, pa.int32()), _strings(texts))
 
     def to_arrow(self) -> pa.Table:
@@ -277,18 +255,7 @@ def _maps(images: list[Image | None], shared: bool = False) -> pa.Array:
 
     map_type = pa.map_(pa.string(), pa.string())
     if shared:
-        index: dict[int, int] = {}
-        distinct: list[Image] = []
-        positions: list[int | None] = []
-        for image in images:
-            if image is None:
-                positions.append(None)
-                continue
-            at = index.get(id(image))
-            if at is None:
-                at = index[id(image)] = len(distinct)
-                distinct.append(image)
-            positions.append(at)
+        distinct, positions = _distinct(images)
         if len(distinct) < len(images):
             return _maps(distinct).take(pa.array(positions, pa.int32()))
     keys: list[str] = []
@@ -316,6 +283,24 @@ def _maps(images: list[Image | None], shared: bool = False) -> pa.Array:
 # Timestamps Arrow, Delta and Python all hold: years 0001 to 9999.
 MIN_MICROS = -62_135_596_800_000_000
 MAX_MICROS = 253_402_300_799_999_999
+
+
+def _distinct(images: list[Image | None]) -> tuple[list[Image], list[int | None]]:
+    """The distinct image objects (by identity: a dialect shares one object per table's type map) and
+    each row's index into them (None for a NULL image)."""
+    index: dict[int, int] = {}
+    distinct: list[Image] = []
+    positions: list[int | None] = []
+    for image in images:
+        if image is None:
+            positions.append(None)
+            continue
+        at = index.get(id(image))
+        if at is None:
+            at = index[id(image)] = len(distinct)
+            distinct.append(image)
+        positions.append(at)
+    return distinct, positions
 
 
 def type_key_text(types: Image) -> str:
