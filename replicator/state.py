@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from replicator.changelog import TableId
 
 
-
 def _changelog_schema() -> pa.Schema:
     """The change log: the change-event contract (model.EVENT_FIELDS) plus the batch id. Lists name their
     items "element", as delta-rs writes them on append: every file of the table has one physical schema."""
