@@ -146,7 +146,7 @@ class Engine:
                     tables.setdefault(table, key)
         events = keep(events, pc.and_(ok, pc.is_in(events["op"], pa.array([*DML_OPS, *BARRIER_OPS]))))
         events = events.drop_columns(["raw", "error"])
-        if "seq_text" not in events.column_names:  # decode_batch adds it in the worker processes
+        if "seq_text" not in events.column_names:  # decoding adds it; replayed change-log events lack it
             events = events.append_column("seq_text", seq_texts(events["seq"]))
         # Barrier events first: a CREATE declares the key of a table before any of its DML.
         all_barriers = _barrier_rows(events)

@@ -20,11 +20,14 @@ class MirrorJob:
     batch to finish, then stops the query before the next one starts any work."""
 
     def __init__(self, config: JobConfig, spark: SparkSession) -> None:
+        from replicator.dialects import Decoder
         from replicator.engine import Engine
 
         self.config = config
         self.spark = spark
         self.engine = Engine(config)
+        # A dialect's job-file prerequisites (dts-avro's schema file) fail here, before any batch.
+        Decoder(config.source.dialect, self.engine.options)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.error: BaseException | None = None

@@ -177,6 +177,18 @@ def test_sigterm_stops_cleanly_after_the_current_batch(tmp_path):
     assert [r["id"] for r in delta_rows(tmp_path / "lake" / "shop" / "orders")] == [1]
 
 
+def test_dts_avro_job_without_its_schema_file_stops_before_any_batch(spark, tmp_path):
+    from replicator.config import load_config
+    from replicator.runner import MirrorJob
+
+    path = job_file(tmp_path)
+    path.write_text(path.read_text().replace("canal-json", "dts-avro"))
+    config = load_config(path)
+    with pytest.raises(ValueError, match=r"source\.avro_schema"):
+        MirrorJob(config, spark)
+    assert not (tmp_path / "state" / "batches").exists()
+
+
 @pytest.mark.slow
 def test_demo_stream_produces_the_expected_tables(spark, tmp_path):
     import datetime as dt

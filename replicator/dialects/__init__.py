@@ -7,7 +7,7 @@ Besides one module per format: ``base`` (Dialect, registry, detection, the decod
 import importlib
 import pkgutil
 
-from replicator.dialects.base import DecodeOptions, Dialect, decode, dialect_names, get_dialect
+from replicator.dialects.base import DecodeOptions, Decoder, Dialect, decode, dialect_names, get_dialect
 
 SUPPORT = frozenset({"base", "events", "jsontext", "pool"})
 
@@ -15,4 +15,4 @@ for _module in pkgutil.iter_modules(__path__):
     if _module.name not in SUPPORT:
         importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["DecodeOptions", "Dialect", "decode", "dialect_names", "get_dialect"]
+__all__ = ["DecodeOptions", "Decoder", "Dialect", "decode", "dialect_names", "get_dialect"]

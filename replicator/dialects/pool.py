@@ -82,20 +82,6 @@ def _worker(data: bytes, dialect: str, options: DecodeOptions, batch_id: int) ->
     return _ipc(_decode_slice(_from_ipc(data), dialect, options, batch_id))
 
 
-def decode_batch(
-    records: pa.Table,
-    dialect: str,
-    options: DecodeOptions,
-    batch_id: int,
-    workers: int | None = None,
-    parallel_from: int = PARALLEL_FROM,
-    slice_size: int = SLICE,
-) -> pa.Table:
-    """Raw records -> decoded events (model.DECODED_DDL as Arrow, plus ``seq_text`` and ``type_key``), in
-    ``workers`` processes when large."""
-    return decode_stream([records], dialect, options, batch_id, workers, parallel_from, slice_size)[1]
-
-
 def decode_stream(
     chunks: Iterable[pa.Table],
     dialect: str,

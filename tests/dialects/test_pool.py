@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from replicator.dialects import DecodeOptions
-from replicator.dialects.pool import decode_batch
+from replicator.dialects.pool import decode_stream
 from replicator.sources import read_path
 from tests.dialects.golden import FIXTURES
 
@@ -23,8 +23,8 @@ def test_worker_processes_decode_like_one_process():
         for folder in ("canal-json", "drs-json", "debezium", "river-canal", "cloudcanal-json", "drs-mongo")
     )
     options = DecodeOptions()
-    one = decode_batch(records, "auto", options, batch_id=3, workers=1)
-    many = decode_batch(records, "auto", options, batch_id=3, workers=2, parallel_from=1, slice_size=7)
+    _, one = decode_stream([records], "auto", options, batch_id=3, workers=1)
+    _, many = decode_stream([records], "auto", options, batch_id=3, workers=2, parallel_from=1, slice_size=7)
     assert one.num_rows > 100
     assert one.schema == many.schema
     assert plain(one) == plain(many)
