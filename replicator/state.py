@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -133,6 +134,9 @@ class State:
         self.root = Path(root)
         self.job = job
         self.writer = writer
+        # Apply threads record renames in the registry mid-batch; delta-rs refuses concurrent MERGEs into
+        # one table (CommitFailedError), so the registry's commits take turns.
+        self._registry_lock = threading.Lock()
 
     # ---- locations --------------------------------------------------------------------------------------
     @property
@@ -170,24 +174,25 @@ class State:
         rows = [replace(s, updated_at=now()).row() for s in states]
         if not rows:
             return
-        writer = self.table("tables")
-        if not writer.exists():
-            writer.create(TABLE_SCHEMA)
-        data = pa.Table.from_pylist(rows, TABLE_SCHEMA)
         # A NULL schema must match a NULL schema: compare through coalesce.
-        from deltalake import DeltaTable
-
         on = (
             't.database = s.database AND t."table" = s."table" '
             "AND coalesce(t.schema, '') = coalesce(s.schema, '')"
         )
-        (
-            DeltaTable(writer.path)
-            .merge(data, predicate=on, source_alias="s", target_alias="t")
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .execute()
-        )
+        data = pa.Table.from_pylist(rows, TABLE_SCHEMA)
+        from deltalake import DeltaTable
+
+        with self._registry_lock:
+            writer = self.table("tables")
+            if not writer.exists():
+                writer.create(TABLE_SCHEMA)
+            (
+                DeltaTable(writer.path)
+                .merge(data, predicate=on, source_alias="s", target_alias="t")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute()
+            )
 
     # ---- dead letters and batches ------------------------------------------------------------------------
     def write_dead_letters(self, rows: pa.Table, batch_id: int, stage: str) -> None:

@@ -396,3 +396,25 @@ def test_fail_stops_at_new_columns_without_ddl_but_applies_truncate(spark, tmp_p
         runner.messages(
             tmp_path, [dml("INSERT", "orders", [r(3, color="red")], {**T, "color": "varchar(8)"})]
         )
+
+
+def test_renames_of_unrelated_tables_in_one_batch(spark, tmp_path):
+    """Each rename records itself in the registry from its own apply thread: the commits must not race
+    (delta-rs refuses a concurrent MERGE into the registry)."""
+    runner = Runner(spark, job(tmp_path))
+    names = [f"t{i}" for i in range(6)]
+    runner.messages(tmp_path, [dml("INSERT", n, [r(1)]) for n in names])
+    batch = []
+    for n in names:
+        batch += [
+            dml("INSERT", n, [r(2)]),
+            stmt("RENAME", f"ALTER TABLE `{n}` RENAME TO `{n}_new`", n),
+            dml("INSERT", f"{n}_new", [r(3)]),
+        ]
+    runner.messages(tmp_path, batch)
+    lake = Path(runner.config.target.path) / "shop"
+    states = registry(runner)
+    for n in names:
+        assert not (lake / n).exists()
+        assert [x["id"] for x in rows(runner, f"{n}_new")] == [1, 2, 3], n
+        assert states[n].dropped and not states[f"{n}_new"].dropped
