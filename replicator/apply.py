@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from replicator.changelog import TableId
 from replicator.documents import PatchError, apply_patches
 from replicator.logging import get_logger
-from replicator.model import CDC_COLUMNS, CDC_EVENT_TIME, CDC_OP, CDC_POSITION, CDC_SEQ
+from replicator.model import CDC_COLUMNS, CDC_EVENT_TIME, CDC_OP, CDC_POSITION, CDC_SEQ, table_label
 from replicator.sinks.base import MergeResult, MirrorWriter, Txn, quote
 from replicator.state import State, TableState
 from replicator.types import column_type, parse_values
@@ -122,7 +122,7 @@ class TableApplier:
             if not ctype.known and name in self.work.types:
                 log.warning(
                     "unknown column type kept as string",
-                    table=".".join(filter(None, self.work.table)),
+                    table=table_label(self.work.table),
                     column=name,
                     source_type=self.work.types.get(name),
                 )
@@ -144,7 +144,7 @@ class TableApplier:
             from replicator.schema_changes import SchemaChangeFailed
 
             first = part["position"][0].as_py() if part is not None and part.num_rows else None
-            name = ".".join(filter(None, self.work.table))
+            name = table_label(self.work.table)
             raise SchemaChangeFailed(
                 f"new columns {[f.name for f in missing]} in rows of {name} without a DDL (at {first})"
                 "  [schema_evolution: fail]"
@@ -364,7 +364,7 @@ class TableApplier:
             return
         log.info(
             "ddl recorded, not applied",
-            table=".".join(filter(None, self.work.table)),
+            table=table_label(self.work.table),
             kind=event.get("ddl_kind"),
             sql=event.get("ddl_sql"),
         )

@@ -1,4 +1,4 @@
-"""The ``replicator`` command: mirror, bootstrap, replay, decode, status, show."""
+"""The ``replicator`` command: mirror, bootstrap, replay, optimize, decode, status, show."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from replicator.config import ConfigError, load_config
 from replicator.logging import configure, get_logger
+from replicator.model import table_label
 
 
 def _mirror(args: argparse.Namespace) -> int:
@@ -66,7 +67,7 @@ def _bootstrap(args: argparse.Namespace) -> int:
         config, args.snapshot, args.position, restart=args.restart, progress=not args.no_progress
     )
     for s in states:
-        name = ".".join(p for p in (s.database, s.schema, s.table) if p)
+        name = table_label((s.database, s.schema, s.table))
         print(
             f"{name}: {s.phase}, {s.snapshot_rows} snapshot rows, mirror continues after "
             f"{s.last_position or s.truncate_seq or '-'}"
@@ -167,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--config", required=True)
     opt.add_argument("--tables", default=None, help="glob on database.table")
     opt.add_argument(
-        "--vacuum-hours", type=float, default=None, help="also remove unreferenced files older than this"
+        "--vacuum-hours", type=int, default=None, help="also remove unreferenced files older than this"
     )
     opt.add_argument(
         "--target-file-size", type=int, default=None, help="bytes per data file (default 100 MB)"

@@ -1,8 +1,9 @@
-"""The micro-batch: decode -> resolve keys -> barriers -> fold -> one Arrow collect -> per-table apply.
+"""The micro-batch: read + decode -> route -> resolve keys -> barriers -> fold -> per-table apply -> state.
 
-A batch costs a fixed number of Spark jobs whatever the number of tables: a summary aggregate, the
-source types, the barrier events, the folded rows (one ``toArrow``), the change log write, and, only when
-there are any, dead letters. Tables are then applied in parallel threads (delta-rs releases the GIL).
+A batch costs one Spark job whatever the number of tables: the source's records (a file listing or Kafka
+records) brought to the driver as Arrow (sources.BATCH_RECORDS). Decoding runs in worker processes
+(dialects.pool), everything after it is Arrow compute on the driver, and tables are applied in parallel
+threads (delta-rs releases the GIL). docs/performance.md has the phases and their costs.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from replicator.config import JobConfig
 from replicator.dialects.base import DecodeOptions, gc_paused
 from replicator.dialects.pool import decode_stream
 from replicator.logging import get_logger
-from replicator.model import BARRIER_OPS, DML_OPS, parse_seq_text, seq_text
+from replicator.model import BARRIER_OPS, DML_OPS, table_label
 from replicator.phases import advance_all, after_horizon, bulk_load, table_activity
 from replicator.routing import route
 from replicator.sinks import writer_factory
@@ -35,8 +36,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 log = get_logger("replicator.engine")
-
-CHANGELOG_DROP = ("raw", "error")
 
 
 class Phases:
@@ -54,11 +53,6 @@ class Phases:
 
 class RecordFailed(RuntimeError):
     """``on_error: fail``: a record could not be applied; the message names it."""
-
-
-def table_name(table: TableId) -> str:
-    database, schema, name = table
-    return ".".join(part for part in (database, schema, name) if part)
 
 
 class Engine:
@@ -154,7 +148,9 @@ class Engine:
         selected, unkeyed, excluded_events, barrier_only = {}, [], 0, []
         for table, key in tables.items():
             name = f"{table[0]}.{table[2]}"
-            if not (self.config.tables.selected(name) or self.config.tables.routed_target(table_name(table))):
+            if not (
+                self.config.tables.selected(name) or self.config.tables.routed_target(table_label(table))
+            ):
                 excluded_events += sum(
                     g["n"] for g in groups if g["ok"] and (g["database"], g["schema"], g["table"]) == table
                 )
@@ -178,7 +174,7 @@ class Engine:
         if self.config.changelog.enabled:
             # Written by delta-rs (which releases the GIL) while the batch is folded and applied; both
             # commits carry the batch's app transaction, so either may land first across a crash.
-            batch_ids = pa.array([batch_id] * events.num_rows, pa.int64())
+            batch_ids = pa.repeat(pa.scalar(batch_id, pa.int64()), events.num_rows)
             changelog = self._background.submit(
                 self.state.append_changelog,
                 events.drop_columns(
@@ -186,22 +182,21 @@ class Engine:
                 ).append_column("batch_id", batch_ids),
                 batch_id,
             )
+        try:  # whatever fails below, the change-log write is waited for before the batch fails
+            scope = {*selected, *barrier_only}
+            barrier_rows = [r for r in all_barriers if (r["database"], r["schema"], r["table"]) in scope]
+            barrier_rows = after_horizon(barrier_rows, registry)  # not at/before a truncate or snapshot point
+            by_table, links = plan_barriers(barrier_rows, self.on_barrier is not None)
+            barriers = [Barrier(table, tuple(r["seq"])) for table, rows in by_table.items() for r in rows]
+            dml = keep(events, pc.is_in(events["op"], pa.array(DML_OPS)))
+            types = _source_types(dml)
+            folded = dict(fold(dml, selected, barriers))
+            phases.lap("fold")
 
-        scope = {*selected, *barrier_only}
-        barrier_rows = [r for r in all_barriers if (r["database"], r["schema"], r["table"]) in scope]
-        barrier_rows = after_horizon(barrier_rows, registry)  # not at/before a truncate or snapshot point
-        by_table, links = plan_barriers(barrier_rows, self.on_barrier is not None)
-        barriers = [Barrier(table, tuple(r["seq"])) for table, rows in by_table.items() for r in rows]
-        dml = keep(events, pc.is_in(events["op"], pa.array(DML_OPS)))
-        types = _source_types(dml)
-        folded = dict(fold(dml, selected, barriers))
-        phases.lap("fold")
-
-        dead_rows: list[DeadRow] = []
-        if unkeyed:
-            dead_rows += _unkeyed(dml, unkeyed)
-        keys = {**{t: [] for t in barrier_only}, **selected}
-        try:
+            dead_rows: list[DeadRow] = []
+            if unkeyed:
+                dead_rows += _unkeyed(dml, unkeyed)
+            keys = {**{t: [] for t in barrier_only}, **selected}
             results = self._apply_tables(folded, by_table, links, types, keys, registry, batch_id)
         finally:
             if changelog is not None:
@@ -212,7 +207,7 @@ class Engine:
         for result in results:
             dead_rows.extend(result.dead)
             if not result.skipped:
-                name = table_name(result.table)
+                name = table_label(result.table)
                 summary.tables[name] = {
                     "inserted": result.merged.inserted,
                     "updated": result.merged.updated,
@@ -304,8 +299,11 @@ class Engine:
         }
         raw: dict[tuple[Any, ...], bytes] = {}
         if records is not None and records.num_rows:
+            # Only the records at a wanted offset come to Python (not the whole batch's bytes).
+            offsets = pa.array({o for _s, _p, o in wanted}, records.schema.field("offset").type)
+            near = records.filter(pc.is_in(records["offset"], value_set=offsets, skip_nulls=False))
             for r, s, p, o in zip(
-                *(records.column(n).to_pylist() for n in ("raw", "source", "partition", "offset")),
+                *(near.column(n).to_pylist() for n in ("raw", "source", "partition", "offset")),
                 strict=True,
             ):
                 if (s, p, o) in wanted:
@@ -363,8 +361,8 @@ def _dead_table(rows: pa.Table, batch_id: int) -> pa.Table:
 
     return pa.table(
         {
-            "batch_id": pa.array([batch_id] * n, pa.int64()),
-            "recorded_at": pa.array([now()] * n, pa.timestamp("us", tz="UTC")),
+            "batch_id": pa.repeat(pa.scalar(batch_id, pa.int64()), n),
+            "recorded_at": pa.repeat(pa.scalar(now(), pa.timestamp("us", tz="UTC")), n),
             "dialect": rows["dialect"].cast(pa.string()),
             "database": rows["database"].cast(pa.string()),
             "table": rows["table"].cast(pa.string()),
@@ -511,4 +509,4 @@ def _unkeyed(dml: pa.Table, tables: list[TableId]) -> list[DeadRow]:
     return dead
 
 
-__all__ = ["Engine", "RecordFailed", "parse_seq_text", "seq_text"]
+__all__ = ["Engine", "RecordFailed"]

@@ -16,6 +16,7 @@ from typing import Any
 
 from replicator.config import JobConfig
 from replicator.logging import get_logger
+from replicator.model import table_label
 from replicator.sinks import writer_factory
 from replicator.state import State
 
@@ -33,7 +34,7 @@ class Optimized:
 def optimize(
     config: JobConfig,
     tables: str | None = None,
-    vacuum_hours: float | None = None,
+    vacuum_hours: int | None = None,
     target_size: int | None = None,
 ) -> list[Optimized]:
     """Cluster (z-order by key) every mirror matching the ``tables`` glob into files of about
@@ -44,7 +45,7 @@ def optimize(
     state = State(config.state.path, config.name, writer_factory(config.target.writer))
     done = []
     for (database, schema, name), known in sorted(state.tables().items(), key=lambda kv: kv[0]):
-        label = ".".join(p for p in (database, schema, name) if p)
+        label = table_label((database, schema, name))
         if tables is not None and not fnmatchcase(f"{database}.{name}", tables):
             continue
         if not DeltaTable.is_deltatable(known.mirror):
@@ -59,7 +60,7 @@ def optimize(
         if vacuum_hours is not None:
             vacuumed = len(
                 DeltaTable(known.mirror).vacuum(
-                    retention_hours=int(vacuum_hours), enforce_retention_duration=False, dry_run=False
+                    retention_hours=vacuum_hours, enforce_retention_duration=False, dry_run=False
                 )
             )
         result = Optimized(

@@ -1,6 +1,6 @@
-"""The change-event contract every dialect produces, and sequence helpers.
+"""The change-event contract every dialect produces, and sequence and table-name helpers.
 
-Schemas are DDL strings so that ``import replicator`` stays free of Spark.
+Plain Python, so that ``import replicator`` stays light.
 """
 
 from __future__ import annotations
@@ -12,41 +12,32 @@ DML_OPS: tuple[str, ...] = ("insert", "update", "delete", "snapshot")
 BARRIER_OPS: tuple[str, ...] = ("truncate", "ddl")
 DdlKind = Literal["CREATE", "ALTER", "ERASE", "RENAME", "TRUNCATE", "CINDEX", "DINDEX", "QUERY", "INIT_DDL"]
 
-# Where a raw record came from: topic/partition/offset for Kafka, file path / modification time (ms) /
-# line number for files. `index` is the message index inside the record (a JSON array document holds
-# several messages) and `row` the row index inside the message (canal multi-row messages).
-COORDINATES_DDL = "source STRING, partition BIGINT, offset BIGINT, `index` INT, `row` INT"
-
-# The raw records a source yields to the decoder, one row per record.
-RAW_DDL = f"raw BINARY, batch_id BIGINT, coordinates STRUCT<{COORDINATES_DDL}>"
-
-# One change event. `after`/`before` hold each column's value as canonical text (see docs/dialects.md),
-# SQL NULL as a null map value, and an absent column as an absent key. `seq` is compared
-# lexicographically: the dialect's ordering key followed by the record coordinates.
-EVENT_FIELDS: tuple[tuple[str, str], ...] = (
-    ("dialect", "STRING"),
-    ("database", "STRING"),
-    ("schema", "STRING"),
-    ("table", "STRING"),
-    ("op", "STRING"),
-    ("ddl_kind", "STRING"),
-    ("ddl_sql", "STRING"),
-    ("table_changes", "STRING"),
-    ("primary_key", "ARRAY<STRING>"),
-    ("after", "MAP<STRING, STRING>"),
-    ("before", "MAP<STRING, STRING>"),
-    ("source_types", "MAP<STRING, STRING>"),
-    ("seq", "ARRAY<BIGINT>"),
-    ("event_time", "TIMESTAMP"),
-    ("position", "STRING"),
-    ("meta", "MAP<STRING, STRING>"),
-    ("coordinates", f"STRUCT<{COORDINATES_DDL}>"),
+# One change event; its Arrow types are dialects.events.decoded_schema (which adds ``error`` and ``raw``:
+# a failed record's message and its raw bytes, for the dead letter). `after`/`before` hold each column's
+# value as canonical text (see docs/dialects.md), SQL NULL as a null map value, and an absent column as an
+# absent key. `seq` is compared lexicographically: the dialect's ordering key followed by the record
+# coordinates. `coordinates` say where the raw record came from: topic/partition/offset for Kafka, file
+# path / modification time (ms) / line number for files, the message index inside the record (a JSON
+# array document holds several messages) and the row index inside the message (canal multi-row messages).
+EVENT_COLUMNS: tuple[str, ...] = (
+    "dialect",
+    "database",
+    "schema",
+    "table",
+    "op",
+    "ddl_kind",
+    "ddl_sql",
+    "table_changes",
+    "primary_key",
+    "after",
+    "before",
+    "source_types",
+    "seq",
+    "event_time",
+    "position",
+    "meta",
+    "coordinates",
 )
-EVENT_COLUMNS: tuple[str, ...] = tuple(name for name, _ in EVENT_FIELDS)
-EVENT_DDL = ", ".join(f"`{name}` {ddl}" for name, ddl in EVENT_FIELDS)
-
-# Decoders return events plus, on failed rows, `error` (and the raw record kept for the dead letter).
-DECODED_DDL = f"{EVENT_DDL}, error STRING, raw BINARY"
 
 # Engine metadata columns of every mirror table.
 CDC_OP = "_cdc_op"
@@ -68,11 +59,11 @@ def seq_text(seq: list[int] | tuple[int, ...]) -> str:
     return ".".join(str(max(int(part), 0)).zfill(SEQ_WIDTH) for part in seq)
 
 
-def seq_text_sql(column: str = "seq") -> str:
-    """The Spark SQL expression equal to :func:`seq_text` of an ``ARRAY<BIGINT>`` column."""
-    return f"concat_ws('.', transform({column}, x -> lpad(cast(greatest(x, 0) AS STRING), {SEQ_WIDTH}, '0')))"
-
-
 def parse_seq_text(text: str) -> tuple[int, ...]:
     """Inverse of :func:`seq_text`."""
     return tuple(int(part) for part in text.split(".")) if text else ()
+
+
+def table_label(table: tuple[str, str | None, str]) -> str:
+    """``database.schema.table`` (``database.table`` without a schema): how logs and summaries name it."""
+    return ".".join(part for part in table if part)

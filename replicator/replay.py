@@ -21,6 +21,7 @@ from replicator.bootstrap import DONE_MARK
 from replicator.config import ConfigError, JobConfig
 from replicator.dialects.events import decoded_schema
 from replicator.logging import get_logger
+from replicator.model import table_label
 from replicator.phases import SNAPSHOT_DONE
 from replicator.positions import horizon, parse_time
 from replicator.sinks import writer_factory
@@ -33,10 +34,6 @@ STATE_DIR = "_replicator_state"
 
 class ReplayError(ConfigError):
     """A replay that cannot be made (empty change log, a cut before a table's snapshot, a used target)."""
-
-
-def _label(database: str, schema: str | None, table: str) -> str:
-    return ".".join(p for p in (database, schema, table) if p)
 
 
 def _wanted(pattern: str | None, database: str, table: str) -> bool:
@@ -109,7 +106,7 @@ def _bootstrap_base(
     if done is None:
         return None
     seq = str(done[DONE_MARK])
-    label = _label(state.database, state.schema, state.table)
+    label = table_label((state.database, state.schema, state.table))
     if cut_seq is not None and cut_seq < seq:
         raise ReplayError(f"{label}: the cut is before its snapshot position; the change log starts after it")
     base = DeltaTable(state.mirror, version=int(done["version"])).to_pyarrow_table()
@@ -149,11 +146,12 @@ def replay(
     events = changelog_events(live, tables)
     if events is None:
         raise ReplayError(f"no change log under {live.root / 'changelog'} (is changelog.enabled off?)")
+    events = events.append_column("seq_text", seq_texts(events["seq"]))  # the engine's batch needs it too
     if cut_time is not None:
         cut = pa.scalar(cut_time, pa.timestamp("us", tz="UTC"))
         keep = pc.or_kleene(pc.is_null(events["event_time"]), pc.less_equal(events["event_time"], cut))
     else:
-        keep = pc.less_equal(seq_texts(events["seq"]), pa.scalar(cut_seq, pa.string()))
+        keep = pc.less_equal(events["seq_text"], pa.scalar(cut_seq, pa.string()))
     events = events.filter(pc.fill_null(keep, False))
     registry = {t: s for t, s in live.tables().items() if _wanted(tables, t[0], t[2])}
     keys = {f"{t[0]}.{t[2]}": list(s.primary_key) for t, s in registry.items() if s.primary_key}
@@ -203,10 +201,12 @@ def replay_mirror_version(
         try:
             mirror.load_as_version(at)
         except Exception as exc:  # delta-rs raises its own error types for a version out of range
-            raise ReplayError(f"{_label(*table)}: no version {version!r} of {known.mirror}: {exc}") from None
+            raise ReplayError(
+                f"{table_label(table)}: no version {version!r} of {known.mirror}: {exc}"
+            ) from None
         parts = [p for p in table if p]
         write_deltalake(str(out.joinpath(*parts)), mirror.to_pyarrow_table(), mode="overwrite")
-        written.append(_label(*table))
+        written.append(table_label(table))
     return written
 
 

@@ -28,6 +28,7 @@ from replicator.barriers import resolve_ref
 from replicator.config import JobConfig, SchemaPolicy
 from replicator.engine import RecordFailed
 from replicator.logging import get_logger
+from replicator.model import table_label
 from replicator.routing import META_DATABASE, META_TABLE, SOURCE_COLUMNS, SOURCE_DATABASE, SOURCE_TABLE
 from replicator.sinks.base import quote
 from replicator.state import TableState
@@ -47,10 +48,6 @@ class SchemaChangeFailed(RecordFailed):
 
 class SchemaApplyError(RuntimeError):
     """A change that cannot be applied to the mirror (e.g. existing values do not fit a narrower type)."""
-
-
-def table_label(table: TableId) -> str:
-    return ".".join(part for part in table if part)
 
 
 def mirror_path(config: JobConfig, table: TableId) -> str:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def _changelog_schema() -> pa.Schema:
-    """The change log: the change-event contract (model.EVENT_FIELDS) plus the batch id. Lists name their
+    """The change log: the change-event contract (model.EVENT_COLUMNS) plus the batch id. Lists name their
     items "element", as delta-rs writes them on append: every file of the table has one physical schema."""
     fields = []
     for f in decoded_schema():

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from replicator.config import JobConfig
+from replicator.model import table_label
 from replicator.sinks import writer_factory
 from replicator.state import State
 
@@ -26,7 +27,7 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
     for table in sorted(state.tables().values(), key=lambda t: t.id):
         mirror = state.writer(table.mirror)
         rows = mirror.read(["_cdc_seq"]).num_rows if mirror.exists() else 0
-        name = ".".join(p for p in (table.database, table.schema, table.table) if p)
+        name = table_label((table.database, table.schema, table.table))
         lag = (now - table.last_event_time).total_seconds() if table.last_event_time else None
         tables.append(
             {
@@ -87,7 +88,7 @@ def print_tables(config: JobConfig, pattern: str | None = None, limit: int = 50)
 
     state = State(config.state.path, config.name, writer_factory(config.target.writer))
     for table in sorted(state.tables().values(), key=lambda t: t.id):
-        name = ".".join(p for p in (table.database, table.schema, table.table) if p)
+        name = table_label((table.database, table.schema, table.table))
         if pattern and not fnmatchcase(name, pattern):
             continue
         mirror = state.writer(table.mirror)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from replicator.config import TombstoneConfig
 from replicator.logging import get_logger
+from replicator.model import table_label
 from replicator.state import State, TableState
 
 log = get_logger("replicator.tombstones")
@@ -44,7 +45,7 @@ def expire_tombstones(
             continue
         n = tombs.delete_where(f"{DELETED_AT} < '{limit.astimezone(dt.UTC).isoformat()}'", None)
         if n:
-            name = ".".join(p for p in table.id if p)
+            name = table_label(table.id)
             expired[name] = n
             log.info("tombstones expired", table=name, count=n, older_than=limit.isoformat())
     return expired

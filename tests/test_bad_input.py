@@ -164,3 +164,15 @@ def test_accounting_adds_up_in_summary_and_status(outcome):
         summary.dead_letters,
     )
     assert status["dead_letters"] == dead
+
+
+def test_every_dead_letter_keeps_its_raw_record(outcome):
+    """Decode-stage and apply-stage dead letters alike carry the record's bytes as received."""
+    runner, _summary, cases = outcome
+    by_line = {line: raw for line, (_case, raw, _err) in enumerate(cases, start=1)}
+    letters = runner.dead_letters()
+    assert any(
+        d["dialect"] is None for d in letters
+    )  # the engine's (apply-stage) dead letters are among them
+    assert any(d["dialect"] is not None for d in letters)
+    assert all(d["raw"] == by_line[d["offset"]] for d in letters)

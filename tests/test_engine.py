@@ -21,6 +21,13 @@ def ids(rows):
     return [r["id"] for r in rows]
 
 
+def test_decoded_schema_is_the_contract():
+    from replicator.dialects.events import decoded_schema
+    from replicator.model import EVENT_COLUMNS
+
+    assert decoded_schema().names == [*EVENT_COLUMNS, "error", "raw"]
+
+
 def test_insert_update_delete_typed(runner, tmp_path):
     runner.messages(
         tmp_path,

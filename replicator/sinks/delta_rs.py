@@ -73,7 +73,7 @@ class DeltaRsWriter(MirrorWriter):
             .when_not_matched_insert_all(predicate=f"NOT ({is_delete})")
             .execute()
         )
-        if txn is not None and self._table().version() == before:
+        if txn is not None and table.version() == before:  # execute() advances the handle it ran on
             # delta-rs writes no commit for a MERGE that changes nothing (every row older than the mirror's):
             # the batch's app transaction must still be recorded, or a replay would not know it was applied.
             self.mark(txn)
