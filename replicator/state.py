@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -231,6 +231,3 @@ class State:
             partition_by=["database", "table"],
             commit_properties=CommitProperties(app_transactions=[Transaction(self.job, batch_id)]),
         )
-
-    def read_changelog(self, columns: Sequence[str] | None = None) -> pa.Table:
-        return self.table("changelog").read(columns)

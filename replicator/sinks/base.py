@@ -110,13 +110,12 @@ class MirrorWriter(ABC):
         """Commit the app transaction alone (a table's batch that ended without a data commit)."""
 
     @abstractmethod
-    def read(self, columns: Sequence[str] | None = None, filter_: object | None = None) -> pa.Table: ...
+    def read(self, columns: Sequence[str] | None = None) -> pa.Table: ...
 
     def read_keys(self, column: str, values: pa.Array, columns: Sequence[str]) -> pa.Table:
-        """The rows whose ``column`` is one of ``values`` (the lookups of tombstones and stored rows)."""
-        import pyarrow.compute as pc
-
-        return self.read(columns, pc.field(column).isin(values))
+        """The rows whose ``column`` (one of ``columns``) is one of ``values`` (the lookups of tombstones and
+        stored rows). This default reads ``columns`` and filters in memory."""
+        return rows_with(self.read(columns), column, values)
 
     # ---- schema changes (replicator.schema_changes) -------------------------------------------------------
     def overwrite(self, data: pa.Table, txn: Txn | None = None) -> None:
@@ -145,3 +144,10 @@ WriterFactory = Callable[[str | Path], MirrorWriter]
 def quote(name: str) -> str:
     """Quote a column name for a delta-rs / Spark SQL predicate."""
     return '"' + name.replace('"', '""') + '"'
+
+
+def rows_with(table: pa.Table, column: str, values: pa.Array) -> pa.Table:
+    """The rows of ``table`` whose ``column`` is one of ``values``."""
+    import pyarrow.compute as pc
+
+    return table.filter(pc.is_in(table[column], value_set=values.cast(table.schema.field(column).type)))

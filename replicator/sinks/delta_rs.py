@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from replicator.sinks.base import MergeResult, MirrorWriter, Txn, key_range, quote
+from replicator.sinks.base import MergeResult, MirrorWriter, Txn, key_range, quote, rows_with
 
 
 def _commit(txn: Txn | None):  # type: ignore[no-untyped-def]
@@ -116,8 +116,6 @@ class DeltaRsWriter(MirrorWriter):
         Not a pyarrow dataset filter: delta-rs writes strings as ``string_view`` in the Parquet files of
         a MERGE, and pyarrow then fails to compare the statistics of such a file with a ``string``
         literal ("no kernel matching input types (string, string_view)")."""
-        import pyarrow.compute as pc
-
         if not self.exists():
             raise FileNotFoundError(self.path)
         values = pa.chunked_array([values]).combine_chunks() if isinstance(values, pa.Array) else values
@@ -125,10 +123,9 @@ class DeltaRsWriter(MirrorWriter):
         table = (
             self._table().to_pyarrow_dataset(file_pruning_predicate=bounds).to_table(columns=list(columns))
         )
-        return table.filter(pc.is_in(table[column], value_set=values.cast(table.schema.field(column).type)))
+        return rows_with(table, column, values)
 
-    def read(self, columns: Sequence[str] | None = None, filter_: object | None = None) -> pa.Table:
+    def read(self, columns: Sequence[str] | None = None) -> pa.Table:
         if not self.exists():
             raise FileNotFoundError(self.path)
-        dataset = self._table().to_pyarrow_dataset()
-        return dataset.to_table(columns=list(columns) if columns else None, filter=filter_)
+        return self._table().to_pyarrow_dataset().to_table(columns=list(columns) if columns else None)

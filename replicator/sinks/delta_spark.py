@@ -140,11 +140,6 @@ class DeltaSparkWriter(MirrorWriter):
     def mark(self, txn: Txn) -> None:
         self.append(self.schema().empty_table(), txn)
 
-    def read(self, columns: Sequence[str] | None = None, filter_: object | None = None) -> pa.Table:
+    def read(self, columns: Sequence[str] | None = None) -> pa.Table:
         frame = self.spark.read.format("delta").load(self.path)
-        table = frame.select(*columns).toArrow() if columns else frame.toArrow()
-        if filter_ is not None:
-            import pyarrow.dataset as ds
-
-            table = ds.dataset(table).to_table(filter=filter_)
-        return table
+        return frame.select(*columns).toArrow() if columns else frame.toArrow()
