@@ -14,6 +14,7 @@ import os
 import signal
 from collections.abc import Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING
 
 from replicator.dialects.base import DecodeOptions, decode
@@ -113,19 +114,25 @@ def decode_stream(
                 part = _ipc(table.slice(start, slice_size))
                 futures.append(pool.submit(_worker, part, dialect, options, batch_id))
 
-    for chunk in chunks:
-        received.append(chunk)
-        count += chunk.num_rows
-        waiting.append(chunk)
-        if workers > 1 and count >= parallel_from:
-            send(waiting)
-            waiting = []
-    records = pa.concat_tables(received) if received else None
-    if not futures:
-        whole = pa.concat_tables(waiting) if waiting else records
-        assert whole is not None, "decode_stream needs at least one chunk"
-        return whole, _decode_slice(whole, dialect, options, batch_id)
-    send(waiting)
+    try:
+        for chunk in chunks:
+            received.append(chunk)
+            count += chunk.num_rows
+            waiting.append(chunk)
+            if workers > 1 and count >= parallel_from:
+                send(waiting)
+                waiting = []
+        if not received:  # a batch that lists no records: an empty decoded batch
+            from replicator.sources import raw_schema
+
+            received.append(raw_schema().empty_table())
+        records = pa.concat_tables(received)
+        if not futures:  # every chunk stayed in the driver
+            return records, _decode_slice(records, dialect, options, batch_id)
+        send(waiting)
+        results = [_from_ipc(f.result()) for f in futures]
+    except BrokenProcessPool:
+        _pools.pop(workers, None)  # a worker died (OOM, kill): the batch fails, the next one gets a new pool
+        raise
     # Each slice has its own dictionary of type keys: unify them into one.
-    decoded = pa.concat_tables([_from_ipc(f.result()) for f in futures]).unify_dictionaries()
-    return records, decoded  # type: ignore[return-value]
+    return records, pa.concat_tables(results).unify_dictionaries()
