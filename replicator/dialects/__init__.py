@@ -1,7 +1,9 @@
 """Wire formats. Importing this package registers every dialect module in it (none imports Spark).
 
 Besides one module per format: ``base`` (Dialect, registry, detection, the decode pipeline), ``events``
-(the Arrow builder of decoded events), ``jsontext`` (exact JSON values) and ``pool`` (worker processes).
+(the Arrow builder of decoded events), ``jsontext`` (exact JSON values), ``datetext`` (epoch counts as date
+and clock text), ``debezium_values`` (the debezium dialect's column values) and ``pool`` (worker processes):
+``SUPPORT`` names them, the modules that define no dialect.
 """
 
 import importlib
@@ -9,7 +11,7 @@ import pkgutil
 
 from replicator.dialects.base import DecodeOptions, Decoder, Dialect, decode, dialect_names, get_dialect
 
-SUPPORT = frozenset({"base", "events", "jsontext", "pool"})
+SUPPORT = frozenset({"base", "datetext", "debezium_values", "events", "jsontext", "pool"})
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in SUPPORT:

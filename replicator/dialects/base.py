@@ -124,7 +124,6 @@ class Decoder:
 
     def __init__(self, dialect: str = "auto", options: DecodeOptions | None = None) -> None:
         self.options = options or DecodeOptions()
-        self.name = dialect
         if dialect == "auto":
             self.fixed: Dialect | None = None
             self.candidates = [
@@ -144,13 +143,12 @@ class Decoder:
         out = Events()
         fixed = self.fixed
         binary = fixed is not None and fixed.binary
-        with gc_paused():
-            for raw, source, partition, offset in records:
-                at = At(batch_id, source, partition, offset, 0, raw)
-                if binary:
-                    self._guarded(fixed, None, raw, at, out)  # type: ignore[arg-type]
-                else:
-                    self._json_record(raw, at, out)
+        for raw, source, partition, offset in records:
+            at = At(batch_id, source, partition, offset, 0, raw)
+            if binary:
+                self._guarded(fixed, None, at, out)  # type: ignore[arg-type]
+            else:
+                self._json_record(raw, at, out)
         return out
 
     def _json_record(self, raw: bytes | None, at: At, out: Events) -> None:
@@ -180,14 +178,13 @@ class Decoder:
             if dialect is None:
                 out.fail(at, None, error)
                 return
-        self._guarded(dialect, message, at.raw, at, out)
+        self._guarded(dialect, message, at, out)
 
-    def _guarded(
-        self, dialect: Dialect, message: dict[str, Any] | None, raw: bytes | None, at: At, out: Events
-    ) -> None:
+    def _guarded(self, dialect: Dialect, message: dict[str, Any] | None, at: At, out: Events) -> None:
         """Run the dialect; a float seen by the fast parser re-runs it on the exact parse; anything the
         dialect did not foresee becomes an error row naming the exception (never a lost batch)."""
         mark = out.mark()
+        raw = at.raw
         try:
             if message is None:
                 dialect.decode_raw(None if raw is None else bytes(raw), at, out)

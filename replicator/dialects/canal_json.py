@@ -11,15 +11,11 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from replicator.dialects.base import Dialect
-from replicator.dialects.events import At, Events, epoch_micros
-from replicator.dialects.jsontext import image, string, text, to_json
+from replicator.dialects.events import At, Events, Image, epoch_micros, epoch_millis
+from replicator.dialects.jsontext import INT64, cast_bigint, image, json_integer, string, text, to_json
 
 DDL_KINDS = ("CREATE", "ALTER", "ERASE", "RENAME", "TRUNCATE", "CINDEX", "DINDEX", "QUERY", "INIT_DDL")
 BINARY_TYPE = r"(?i)^\s*(binary|varbinary|tinyblob|blob|mediumblob|longblob)\b"
-BLANKS = "".join(map(chr, range(33)))  # what Spark trims before casting text to a number
-INT64 = range(-(2**63), 2**63)
-
-Image = dict[str, str | None]
 
 
 def is_binary_type(type_text: str | None) -> bool:
@@ -28,6 +24,11 @@ def is_binary_type(type_text: str | None) -> bool:
         return False
     lowered = type_text.lower()
     return "binary" in lowered or "blob" in lowered
+
+
+def binary_columns(types: Image) -> frozenset[str]:
+    """The columns of a type map whose type is binary (:func:`is_binary_type`)."""
+    return frozenset(k for k, t in types.items() if is_binary_type(t))
 
 
 def latin1_hex(value: str) -> str:
@@ -57,19 +58,6 @@ def head_text(value: Any) -> str | None:
     return value if type(value) is str or value is None else to_json(value)
 
 
-def cast_bigint(value: str | None) -> int | None:
-    """Text -> a 64-bit integer, or ``None`` (Spark's ``try_cast(... AS BIGINT)``: surrounding blanks
-    ignored, an optional sign, ASCII digits, no fraction, no exponent, no overflow)."""
-    if value is None:
-        return None
-    stripped = value.strip(BLANKS)
-    digits = stripped[1:] if stripped[:1] in ("+", "-") else stripped
-    if not (digits.isascii() and digits.isdigit()):
-        return None
-    number = int(stripped)
-    return number if number in INT64 else None
-
-
 def bigint(value: Any) -> int | None:
     """An ordering field read as text and cast to BIGINT: ``None`` when absent; ValueError when present but
     not a 64-bit whole number (it would order as 0, the oldest, or not fit ``seq``)."""
@@ -81,22 +69,14 @@ def bigint(value: Any) -> int | None:
     return number
 
 
-def json_bigint(value: Any) -> int | None:
-    """A field Spark's ``from_json`` read as BIGINT: a JSON whole number within 64 bits, else NULL (a string
-    or a fraction included)."""
-    return value if type(value) is int and value in INT64 else None
-
-
-def epoch_millis(value: int | None) -> int | None:
-    """Epoch seconds or milliseconds -> milliseconds (events.epoch_micros's rule), for ``seq``."""
-    if value is None:
-        return None
-    return value * 1000 if abs(value) < 100_000_000_000 else value
-
-
 def d_text(value: int | None) -> str:
     """A nullable number as Spark's ``format_string('%d')`` wrote it (``null`` for NULL)."""
     return "null" if value is None else str(value)
+
+
+def rows_of(value: Any) -> list[Any] | None:
+    """``data`` / ``old`` / ``before``: a JSON array, else NULL."""
+    return value if type(value) is list else None
 
 
 def overlay(base: Image | None, changed: Image | None) -> Image | None:
@@ -113,12 +93,6 @@ class TypeCache:
 
     def __init__(self) -> None:
         self.last: dict[Any, tuple[Any, Image, Any]] = {}
-
-    def get(self, table: Any, raw: Any, build: Any, binary: Any) -> tuple[Image, frozenset[str]]:
-        """The type map and its binary columns (``binary`` tests one type)."""
-        return self.derived(
-            table, raw, build, lambda types: frozenset(k for k, t in types.items() if binary(t))
-        )
 
     def derived(self, table: Any, raw: Any, build: Any, derive: Any) -> tuple[Image, Any]:
         """The type map (``build()``) and ``derive(types)``, made again only when ``raw`` changes."""
@@ -182,13 +156,10 @@ class CanalJson(Dialect):
     def types_key(self, m: dict[str, Any]) -> Any:
         return (m.get("mysqlType"), m.get("sqlType"))
 
-    def is_binary(self, type_text: str | None) -> bool:
-        return is_binary_type(type_text)
-
     def column_facts(self, types: Image) -> Any:
         """What :meth:`normalize` needs to know of a table's columns, derived once per type map (canal:
         its binary columns)."""
-        return frozenset(k for k, t in types.items() if self.is_binary(t))
+        return binary_columns(types)
 
     def normalize(self, row: Image | None, types: Image, facts: Any) -> Image | None:
         return binary_as_hex(row, facts)
@@ -207,7 +178,7 @@ class CanalJson(Dialect):
         return epoch_micros(order["es"])
 
     def meta(self, m: dict[str, Any]) -> Image | None:
-        ts = json_bigint(m.get("ts"))
+        ts = json_integer(m.get("ts"))
         return {"ts": None if ts is None else str(ts)}
 
     def kind(self, m: dict[str, Any]) -> str | None:

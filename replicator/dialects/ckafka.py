@@ -21,17 +21,9 @@ import datetime as dt
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
-from replicator.dialects.canal_json import (
-    DDL_KINDS,
-    CanalJson,
-    Image,
-    cast_bigint,
-    epoch_millis,
-    json_bigint,
-    overlay,
-)
-from replicator.dialects.events import At, Events, epoch_micros
-from replicator.dialects.jsontext import image, string, to_json
+from replicator.dialects.canal_json import CanalJson, overlay, rows_of
+from replicator.dialects.events import At, Events, Image, epoch_micros, epoch_millis
+from replicator.dialects.jsontext import cast_bigint, image, json_integer, string, to_json
 
 FORMAT_ONE_KEYS = ("BINLOG_NAME", "BINLOG_POS", "NEW_VALUES", "OLD_VALUES", "GLOBAL_ID")
 CANAL_KEYS = ("type", "isDdl", "data", "old", "es")
@@ -53,17 +45,14 @@ def binlog_number(name: str | None) -> int | None:
         return None
     _, dot, tail = name.rpartition(".")
     digits = tail.rstrip(JAVA_SPACE)
-    return cast_bigint(digits) if dot and digits.isascii() and digits.isdigit() else None
+    return (
+        cast_bigint(digits, long_text_raises=True) if dot and digits.isascii() and digits.isdigit() else None
+    )
 
 
 def is_time_text(value: str | None) -> bool:
     """TIME is ``yyyyMMddHHmmss``: 14 ASCII digits."""
     return value is not None and len(value) == 14 and value.isascii() and value.isdigit()
-
-
-def rows_of(value: Any) -> list[Any] | None:
-    """``data`` / ``old``: a JSON array, else NULL."""
-    return value if type(value) is list else None
 
 
 class CKafka(CanalJson):
@@ -84,7 +73,7 @@ class CKafka(CanalJson):
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)
         self.zone = ZoneInfo(self.options.timezone)
-        self.canal_kinds = frozenset((*DDL_KINDS, *self.ignored_types))
+        self.canal_kinds = self.ddl_set | frozenset(self.ignored_types)
 
     # ---- routing ---------------------------------------------------------------------------------------
     def decode(self, m: dict[str, Any], at: At, out: Events) -> None:
@@ -92,8 +81,7 @@ class CKafka(CanalJson):
             self.format_one(m, at, out)
         elif any(k in m for k in CANAL_KEYS):
             # DDL (and the kinds canal-json filters) go to the canal-json code; canal-shaped DML to ours.
-            kind = string(m.get("type"))
-            if m.get("isDdl") is True or (kind is not None and kind.upper() in self.canal_kinds):
+            if m.get("isDdl") is True or self.kind(m) in self.canal_kinds:
                 super().decode(m, at, out)
             else:
                 self.canal_dml(m, at, out)
@@ -110,7 +98,7 @@ class CKafka(CanalJson):
         binlog_pos = string(m.get("BINLOG_POS"))
         time = string(m.get("TIME"))
         file_no = binlog_number(binlog_name)
-        pos = cast_bigint(binlog_pos)
+        pos = cast_bigint(binlog_pos, long_text_raises=True)
         after = image(m.get("NEW_VALUES")) if op in ("insert", "update") else None
         before = image(m.get("OLD_VALUES")) if op in ("update", "delete") else None
         if type_text is None:
@@ -151,7 +139,8 @@ class CKafka(CanalJson):
             op,
             database=database,
             table=table,
-            # Format one carries no key: the engine resolves it per table (changelog.with_keys).
+            # Format one carries no key: the engine resolves it per table (Engine._process: tables.keys, the
+            # mirror's registered key, or a key declared by the table's DDL).
             primary_key=[],
             after=after,
             before=before,
@@ -190,10 +179,9 @@ class CKafka(CanalJson):
     # ---- Tencent canal-shaped DML ------------------------------------------------------------------------
     def canal_dml(self, m: dict[str, Any], at: At, out: Events) -> None:
         name = self.name
-        database = string(m.get("database"))
+        database = self.database(m)
         table = string(m.get("table")) or None
-        kind = string(m.get("type"))
-        kind = None if kind is None else kind.upper()
+        kind = self.kind(m)
         op = None if kind is None else self.row_ops.get(kind)
         ident = {"database": database, "table": table}
         if kind is None:
@@ -209,7 +197,7 @@ class CKafka(CanalJson):
             out.fail(at, name, "missing table", **ident)
             return
         # Read as Spark's from_json read BIGINT fields: anything but a whole number is NULL.
-        order = {"es": json_bigint(m.get("es")), "id": json_bigint(m.get("id"))}
+        order = {"es": json_integer(m.get("es")), "id": json_integer(m.get("id"))}
         common = {
             "database": database,
             "table": table,
@@ -258,7 +246,7 @@ class CKafka(CanalJson):
     def execute_time(self, m: dict[str, Any], order: dict[str, int | None]) -> int | None:
         """``es``, or ``ts`` (processing time) when ``es`` is 0 or absent: the Tencent INSERT example writes
         ``"es": 0`` next to a real ``ts``."""
-        return order["es"] or json_bigint(m.get("ts"))
+        return order["es"] or json_integer(m.get("ts"))
 
     def order_key(self, m: dict[str, Any], order: dict[str, int | None]) -> tuple[int, ...]:
         """canal's (es, id), with es falling back to ts like the event time (see :meth:`execute_time`).

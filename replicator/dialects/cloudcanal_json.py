@@ -14,11 +14,9 @@ import re
 from typing import Any, ClassVar
 
 from replicator.dialects.base import Dialect
-from replicator.dialects.canal_json import BINARY_TYPE, binary_as_hex, overlay
-from replicator.dialects.events import At, Events, epoch_micros
-from replicator.dialects.jsontext import image, loads_exact, string, text, to_json
-
-Image = dict[str, str | None]
+from replicator.dialects.canal_json import BINARY_TYPE, TypeCache, binary_as_hex, overlay, rows_of
+from replicator.dialects.events import At, Events, Image, epoch_micros, epoch_millis
+from replicator.dialects.jsontext import image, json_integer, loads_exact, string, text, to_json
 
 ROW_OPS = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete"}
 # CloudCanal writes the DDL kind into `action` (seed 004: "ALTER"); DROP is named ERASE in the contract.
@@ -34,30 +32,29 @@ class CloudCanalJson(Dialect):
     # `execTs`, `action` and `entryType` are CloudCanal's own names (canal writes es/type, Debezium ts_ms/op).
     required_keys: ClassVar[frozenset[str]] = frozenset({"execTs"})
     any_keys: ClassVar[frozenset[str]] = frozenset({"action", "entryType"})
-    row_ops: ClassVar[dict[str, str]] = ROW_OPS
-    ddl_aliases: ClassVar[dict[str, str]] = DDL_ALIASES
     row_entry: ClassVar[str] = "ROWDATA"  # the only entryType carrying rows or DDL
 
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)
-        # (database, schema, table) -> ((dbValType, jdbcType) as sent, type map, binary columns): a table's
-        # types repeat message after message; one shared map object is flattened once (events._maps).
-        self.type_cache: dict[Any, tuple[Any, Image, frozenset[str]]] = {}
+        self.type_cache = TypeCache()
 
     def source_types(self, m: dict[str, Any]) -> tuple[Image, frozenset[str]]:
         """``dbValType`` text, else ``jdbc:<code>`` from ``jdbcType``; and the byte columns among them."""
-        names, codes = m.get("dbValType"), m.get("jdbcType")
-        key = (string(m.get("db")), string(m.get("schema")), string(m.get("table")))
-        hit = self.type_cache.get(key)
-        if hit is not None and hit[0] == (names, codes):
-            return hit[1], hit[2]
-        names = names if type(names) is dict else {}
-        codes = codes if type(codes) is dict else {}
-        types: Image = {k: None if v is None else f"jdbc:{text(v)}" for k, v in codes.items()}
-        types.update(image(names) or {})
-        binary = frozenset(k for k in {**codes, **names} if self.is_binary(names.get(k), codes.get(k)))
-        self.type_cache[key] = ((m.get("dbValType"), m.get("jdbcType")), types, binary)
-        return types, binary
+        sent = (m.get("dbValType"), m.get("jdbcType"))
+        names = sent[0] if type(sent[0]) is dict else {}
+        codes = sent[1] if type(sent[1]) is dict else {}
+
+        def build() -> Image:
+            types: Image = {k: None if v is None else f"jdbc:{text(v)}" for k, v in codes.items()}
+            types.update(image(names) or {})
+            return types
+
+        return self.type_cache.derived(
+            (string(m.get("db")), string(m.get("schema")), string(m.get("table"))),
+            sent,
+            build,
+            lambda _: frozenset(k for k in {**codes, **names} if self.is_binary(names.get(k), codes.get(k))),
+        )
 
     def is_binary(self, name: Any, code: Any) -> bool:
         """Byte columns -> hex. Assumption (the doc is silent): bytes travel as ISO-8859-1 text, as in
@@ -83,13 +80,13 @@ class CloudCanalJson(Dialect):
         entry = string(m.get("entryType"))
         entry = self.row_entry if entry is None else entry.upper()
         is_ddl = m.get("isDdl") is True
-        kind = None if action is None else self.ddl_aliases.get(action, action)
+        kind = None if action is None else DDL_ALIASES.get(action, action)
         if entry != self.row_entry:
             op: str | None = "filtered"
         elif is_ddl:
             op = "truncate" if kind == "TRUNCATE" else "ddl"
         else:
-            op = None if action is None else self.row_ops.get(action)
+            op = None if action is None else ROW_OPS.get(action)
         is_dml = not is_ddl and entry == self.row_entry
 
         database = string(m.get("db"))
@@ -114,7 +111,7 @@ class CloudCanalJson(Dialect):
         else:
             error = None
 
-        data, before_rows = _rows(m.get("data")), _rows(m.get("before"))
+        data, before_rows = rows_of(m.get("data")), rows_of(m.get("before"))
         # A DELETE's row is in `data` (the doc: "当前操作的数据"); `before` is read when `data` is empty.
         if is_dml and data:
             rows: list[Any] = data
@@ -125,8 +122,8 @@ class CloudCanalJson(Dialect):
 
         types, binary = self.source_types(m)
         pk = self.primary_key(m, is_ddl)
-        exec_ts, bid = _bigint(m.get("execTs")), _bigint(m.get("bid"))
-        exec_ms = None if exec_ts is None else (exec_ts * 1000 if abs(exec_ts) < 100_000_000_000 else exec_ts)
+        exec_ts, bid = json_integer(m.get("execTs")), json_integer(m.get("bid"))
+        exec_ms = epoch_millis(exec_ts)
         position = " ".join(
             part
             for part in (
@@ -135,7 +132,7 @@ class CloudCanalJson(Dialect):
             )
             if part is not None
         )
-        send_ts = _bigint(m.get("sendTs"))
+        send_ts = json_integer(m.get("sendTs"))
         meta = {"sendTs": None if send_ts is None else str(send_ts), "entryType": string(m.get("entryType"))}
         common: dict[str, Any] = {
             **ident,
@@ -175,15 +172,6 @@ class CloudCanalJson(Dialect):
                 out.fail(at, name, failure, row=index, **ident)
                 continue
             out.add(at, name, op, after=after, before=before, row=index, **common)
-
-
-def _rows(value: Any) -> list[Any] | None:
-    return value if type(value) is list else None
-
-
-def _bigint(value: Any) -> int | None:
-    """A BIGINT field: a JSON whole number in range, else NULL (as Spark's ``from_json`` read it)."""
-    return value if type(value) is int and -(2**63) <= value < 2**63 else None
 
 
 def _table_changes_pk(changes: Any) -> list[str | None] | None:

@@ -15,13 +15,22 @@ A value that does not convert is ``None``: the dialect names such columns in a d
 from __future__ import annotations
 
 import binascii
-import datetime as dt
 import re
 import unicodedata
 from collections.abc import Callable
 from typing import Any
 
-from replicator.dialects.jsontext import image, string, text, to_json
+from replicator.dialects.datetext import clock_text, day_text
+from replicator.dialects.jsontext import (
+    BLANKS,
+    INT32,
+    cast_bigint,
+    image,
+    json_integer,
+    string,
+    text,
+    to_json,
+)
 
 Convert = Callable[[Any], str | None]
 
@@ -89,39 +98,19 @@ EPOCH_UNITS = {
 DAY_TYPES = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")
 MAX_SCALE = 100_000  # a scale beyond this is no column type's (PostgreSQL NUMERIC: 16383): NULL
 MAX_DAYS = 3_000_000  # |epoch days| beyond this (about year 10183) is not a date: NULL
-INT32 = (-(2**31), 2**31 - 1)
-INT64 = (-(2**63), 2**63 - 1)
 
 # ---- readers with the old Spark SQL semantics ----------------------------------------------------------
 
-_DIGITS = re.compile(r"[+-]?[0-9]+")
 # try_cast trims bytes up to ' ' and DEL at both ends (UTF8String.trimAll).
-_CAST_TRIM = "".join(map(chr, range(33))) + "\x7f"
-
-
-def cast_integer(value: str | None, bounds: tuple[int, int] = INT64) -> int | None:
-    """Spark ``try_cast(text AS BIGINT)`` (or INT with ``bounds``): an optionally signed run of ASCII
-    digits in range, surrounding control characters and spaces trimmed; else ``None``."""
-    if value is None:
-        return None
-    stripped = value.strip(_CAST_TRIM)
-    if not _DIGITS.fullmatch(stripped):
-        return None
-    number = int(stripped)
-    return number if bounds[0] <= number <= bounds[1] else None
+CAST_TRIM = BLANKS + "\x7f"
 
 
 def bigint(value: Any) -> int | None:
     """A JSON value read as text, then ``try_cast`` to BIGINT (lsn, ts_ns and BIGINT UNSIGNED exceed 2^53,
     and Debezium's docs also quote numbers: ``"ts_ms":"1620393591654"``)."""
     if type(value) is int:
-        return value if INT64[0] <= value <= INT64[1] else None
-    return cast_integer(string(value))
-
-
-def json_integer(value: Any, bounds: tuple[int, int] = INT64) -> int | None:
-    """A field that ``from_json`` read as BIGINT (or INT): a JSON integer in range, else ``None``."""
-    return value if type(value) is int and bounds[0] <= value <= bounds[1] else None
+        return json_integer(value)
+    return cast_bigint(string(value), blanks=CAST_TRIM, long_text_raises=True)
 
 
 def structs(value: Any) -> list[dict[str, Any]] | None:
@@ -192,46 +181,10 @@ def bits_text(data: bytes | None) -> str | None:
     return None if data is None else str(int.from_bytes(data, "little"))
 
 
-_EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
-
-
-def _year(year: int) -> str:
-    """Spark's date text of a year: 4 digits, ``+`` beyond 9999, ``-`` before year 0 (proleptic)."""
-    if year > 9999:
-        return f"+{year}"
-    return f"-{-year:04d}" if year < 0 else f"{year:04d}"
-
-
-def day_text(days: int) -> str:
-    """Epoch days -> ``YYYY-MM-DD`` (proleptic Gregorian, as Spark's DATE)."""
-    ordinal = days + _EPOCH_ORDINAL
-    if 1 <= ordinal <= 3_652_059:  # years 1..9999
-        return dt.date.fromordinal(ordinal).isoformat()
-    z = days + 719_468  # civil_from_days (H. Hinnant)
-    era = z // 146_097
-    doe = z - era * 146_097
-    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    day = doy - (153 * mp + 2) // 5 + 1
-    month = mp + 3 if mp < 10 else mp - 9
-    return f"{_year(yoe + era * 400 + (month <= 2))}-{month:02d}-{day:02d}"
-
-
 def date_text(days: int | None) -> str | None:
     if days is None or abs(days) > MAX_DAYS:
         return None
     return day_text(days)
-
-
-def clock_text(total: int, unit: int) -> str:
-    """HH:MM:SS[.f] from a non-negative count of 1/unit seconds (hours are not wrapped: MySQL TIME); the
-    fraction without trailing zeros."""
-    seconds, fraction = divmod(total, unit)
-    clock = f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-    if not fraction:
-        return clock
-    return f"{clock}.{str(fraction).rjust(len(str(unit)) - 1, '0').rstrip('0')}"
 
 
 def timestamp_text(count: int | None, unit: int) -> str | None:
@@ -266,7 +219,9 @@ def converter(field: dict[str, Any]) -> Convert:
     writes a JSON number, kept as written)."""
     name = string(field.get("name"))
     if name == DECIMAL:
-        scale = cast_integer((image(field.get("parameters")) or {}).get("scale"), INT32)
+        scale = cast_bigint(
+            (image(field.get("parameters")) or {}).get("scale"), INT32, CAST_TRIM, long_text_raises=True
+        )
         return lambda v: decimal_text(base64_bytes(v), scale) if type(v) is str else text(v)
     if name == VARIABLE_SCALE_DECIMAL:
         return variable_scale_decimal

@@ -20,7 +20,9 @@ from typing import Any, ClassVar
 
 import orjson
 
-from replicator.dialects.canal_json import CanalJson, Image, d_text, epoch_millis, head_text, parameterised
+from replicator.dialects.canal_json import CanalJson, d_text, head_text, parameterised
+from replicator.dialects.datetext import clock_text, day_text
+from replicator.dialects.events import Image, epoch_millis
 from replicator.dialects.jsontext import image, string
 
 # Keys canal never writes (seed 003): their presence makes a message surely DRS.
@@ -132,22 +134,7 @@ def utc_text(seconds: int) -> str:
     """Epoch seconds as ``yyyy-MM-dd'T'HH:mm:ss`` in UTC, as Spark's ``date_format`` wrote any instant:
     proleptic Gregorian, a year beyond 9999 with a ``+``, years before 1 astronomical (0000, -0001)."""
     days, rest = divmod(seconds, 86400)
-    # Howard Hinnant's civil_from_days: days since 1970-01-01 -> year, month, day.
-    era, day_of_era = divmod(days + 719468, 146097)
-    year_of_era = (day_of_era - day_of_era // 1460 + day_of_era // 36524 - day_of_era // 146096) // 365
-    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
-    shifted_month = (5 * day_of_year + 2) // 153
-    day = day_of_year - (153 * shifted_month + 2) // 5 + 1
-    month = shifted_month + 3 if shifted_month < 10 else shifted_month - 9
-    year = year_of_era + era * 400 + (month <= 2)
-    if year > 9999:
-        year_text = f"+{year}"
-    elif year < 0:
-        year_text = f"-{-year:04d}"
-    else:
-        year_text = f"{year:04d}"
-    hours, rest = divmod(rest, 3600)
-    return f"{year_text}-{month:02d}-{day:02d}T{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+    return f"{day_text(days)}T{clock_text(rest, 1)}"
 
 
 class DrsJson(CanalJson):
@@ -156,12 +143,6 @@ class DrsJson(CanalJson):
     any_keys: ClassVar[frozenset[str]] = frozenset({"mysqlType", "columnType"})
     forbidden_keys: ClassVar[frozenset[str]] = frozenset()
     ambiguous_with: ClassVar[frozenset[str]] = frozenset({"canal-json"})
-    row_ops: ClassVar[dict[str, str]] = {
-        "INSERT": "insert",
-        "UPDATE": "update",
-        "DELETE": "delete",
-        "INIT": "snapshot",
-    }
     ignored_types: ClassVar[tuple[str, ...]] = ()
     ddl_types: ClassVar[tuple[str, ...]] = ("DDL", "INIT_DDL")
     delete_image: ClassVar[str] = "old"  # seed 003: "如果是删除,则表示被删除的数据"

@@ -18,9 +18,8 @@ from decimal import Decimal
 from typing import Any, ClassVar
 
 from replicator.dialects.base import Dialect
-from replicator.dialects.events import At, Events, epoch_micros
-from replicator.dialects.jsontext import to_json
-from replicator.dialects.river_canal import string  # jsontext.string, also for integers beyond 64 bits
+from replicator.dialects.events import At, Events, Image, epoch_micros
+from replicator.dialects.jsontext import INT64, cast_bigint, json_integer, string, to_json
 
 PATCH_META = "mongo_update"  # replicator.changelog reads it
 PATCH_OPERATORS = ("$set", "$unset")  # what DRS emits (seed 003) and replicator.documents applies
@@ -125,7 +124,7 @@ def _variant_number(text: str) -> str:
     if "e" not in text and "E" not in text:
         whole, _, fraction = text.partition(".")
         digits = (whole + fraction).lstrip("-").lstrip("0")
-        if not fraction and _long(whole) is not None:
+        if not fraction and cast_bigint(whole) is not None:
             return str(int(whole))
         if len(fraction) <= 38 and len(digits) <= 38:
             fraction = fraction.rstrip("0")
@@ -196,7 +195,7 @@ class DrsMongo(Dialect):
         "DELETE:doc": "delete",
     }
     contract_ops: ClassVar[dict[str, str]] = {"replace": "update", "patch": "update"}
-    source_types: ClassVar[dict[str, str]] = {"_id": "string", "document": "json"}
+    source_types: ClassVar[Image] = {"_id": "string", "document": "json"}
     # clusterTime "seconds:increment"
     cluster_time: ClassVar[re.Pattern[str]] = re.compile(r"^\s*(\d+):(\d+)\s*" + JAVA_END, re.ASCII)
 
@@ -211,8 +210,8 @@ class DrsMongo(Dialect):
     @staticmethod
     def event_time(m: dict[str, Any]) -> int | None:
         """``es`` (commit time, ms); ``None`` past the microseconds a timestamp holds (Spark failed there)."""
-        micros = epoch_micros(_bigint(m.get("es")))
-        return micros if micros is not None and -(2**63) <= micros < 2**63 else None
+        micros = epoch_micros(json_integer(m.get("es")))
+        return micros if micros is not None and micros in INT64 else None
 
     def decode(self, m: dict[str, Any], at: At, out: Events) -> None:
         name = self.name
@@ -264,14 +263,14 @@ class DrsMongo(Dialect):
         if is_dml and doc_id is None:
             out.fail(at, name, "missing _id (in 'value', or 'where' for updates)", **ident)
             return
-        ts = _bigint(m.get("ts"))
+        ts = json_integer(m.get("ts"))
         meta = {"ts": None if ts is None else str(ts), PATCH_META: value if action == "patch" else None}
         common: dict[str, Any] = {
             **ident,
             "order": (
-                _long(cluster.group(1)) or 0,
-                _long(cluster.group(2)) or 0,
-                _bigint(m.get("id")) or 0,
+                cast_bigint(cluster.group(1)) or 0,
+                cast_bigint(cluster.group(2)) or 0,
+                json_integer(m.get("id")) or 0,
             ),
             "event_time": self.event_time(m),
             "position": cluster_text,
@@ -283,8 +282,8 @@ class DrsMongo(Dialect):
             ddl_sql = ddl_sql if ddl_sql is not None else string(m.get("where"))
             out.add(at, name, "ddl", ddl_kind="QUERY", ddl_sql=ddl_sql, **common)
             return
-        after: dict[str, str | None] | None = None
-        before: dict[str, str | None] | None = None
+        after: Image | None = None
+        before: Image | None = None
         if action in ("insert", "replace"):
             after = {"_id": doc_id, "document": value}
         elif action == "patch":
@@ -302,16 +301,3 @@ class DrsMongo(Dialect):
             source_types=self.source_types,
             **common,
         )
-
-
-def _bigint(value: Any) -> int | None:
-    """A BIGINT field as Spark's ``from_json`` read it: a JSON whole number that fits in 64 bits, else
-    ``None``."""
-    return value if type(value) is int and -(2**63) <= value < 2**63 else None
-
-
-def _long(digits: str) -> int | None:
-    """Digits (``-`` allowed) cast to BIGINT: ``None`` on overflow."""
-    return (
-        int(digits) if len(digits.lstrip("-").lstrip("0")) <= 19 and -(2**63) <= int(digits) < 2**63 else None
-    )

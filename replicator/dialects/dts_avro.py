@@ -15,7 +15,7 @@ import json
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from replicator.dialects.base import DecodeOptions, Dialect
 from replicator.dialects.events import At, Events, epoch_micros
@@ -170,7 +170,6 @@ class DtsAvro(Dialect):
     name = "dts-avro"
     binary = True
     detectable = False
-    row_ops: ClassVar[dict[str, str]] = ROW_OPS
 
     def __init__(self, options: DecodeOptions | None = None) -> None:
         super().__init__(options)

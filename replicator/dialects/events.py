@@ -7,7 +7,7 @@ they are flattened into Arrow map arrays once per batch, not per row.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-Image = Mapping[str, str | None]
+Image = dict[str, str | None]  # a row image or a type map: column -> canonical text (None: SQL NULL)
 
 
 @cache
@@ -71,10 +71,6 @@ class At:
     offset: int | None
     index: int
     raw: bytes | None
-
-    def tail(self, row: int) -> tuple[int, ...]:
-        """The coordinates part of every ``seq``: batch id, partition, offset, message index, row index."""
-        return (self.batch_id, self.partition or 0, self.offset or 0, self.index, row)
 
 
 class Events:
@@ -320,11 +316,19 @@ def _strings(values: list[str | None]) -> pa.Array:
     )
 
 
-def epoch_micros(value: int | None) -> int | None:
-    """Epoch seconds or milliseconds (vendors use both; see seed 001's DDL examples) -> microseconds.
-    A value outside years 1-9999 has no timestamp: ``None`` (the event still orders by its ``seq``)."""
+def epoch_millis(value: int | None) -> int | None:
+    """Epoch seconds or milliseconds (vendors use both; see seed 001's DDL examples) -> milliseconds: a value
+    under 10^11 in magnitude (year 5138 in seconds, 1973 in milliseconds) is seconds."""
     if value is None:
         return None
-    millis = value * 1000 if abs(value) < 100_000_000_000 else value
+    return value * 1000 if abs(value) < 100_000_000_000 else value
+
+
+def epoch_micros(value: int | None) -> int | None:
+    """Epoch seconds or milliseconds (:func:`epoch_millis`) -> microseconds. A value outside years 1-9999
+    has no timestamp: ``None`` (the event still orders by its ``seq``)."""
+    millis = epoch_millis(value)
+    if millis is None:
+        return None
     micros = millis * 1000
     return micros if MIN_MICROS <= micros <= MAX_MICROS else None

@@ -111,27 +111,37 @@ def string(value: Any) -> str | None:
     return value if type(value) is str else text(value)
 
 
-def integer(value: Any) -> int | None:
-    """A field that must be a whole number that fits a BIGINT (a JSON number, or digits in a string);
-    ``None`` when absent.
+INT64 = range(-(2**63), 2**63)  # BIGINT
+INT32 = range(-(2**31), 2**31)  # INT
+BLANKS = "".join(map(chr, range(33)))  # what Spark trims before casting text to a number
 
-    Raises ValueError for anything else, so that a malformed ordering field is refused, never ordered as 0.
+
+def json_integer(value: Any, bounds: range = INT64) -> int | None:
+    """A field Spark's ``from_json`` read as BIGINT (INT with ``bounds=INT32``): a JSON whole number in range,
+    else ``None`` (a string or a fraction included)."""
+    return value if type(value) is int and value in bounds else None
+
+
+def cast_bigint(
+    value: str | None, bounds: range = INT64, blanks: str = BLANKS, *, long_text_raises: bool = False
+) -> int | None:
+    """Text -> a 64-bit integer (or one in ``bounds``), else ``None``: Spark's ``try_cast(... AS BIGINT)``,
+    surrounding ``blanks`` ignored, an optional sign, ASCII digits, no fraction, no exponent, no overflow.
+
+    More than 19 significant digits is ``None`` without converting them; ``long_text_raises`` converts them
+    anyway, so that text beyond Python's ``int()`` digit limit (4300) raises ValueError, as it always did in
+    the callers that pass it.
     """
     if value is None:
         return None
-    kind = type(value)
-    if kind is float:
-        raise Inexact  # orjson reads integers beyond 64 bits as floats: decide on the exact parse
-    number: int | None = None
-    if kind is int:
-        number = value
-    elif kind is str or kind is Num:
-        stripped = value.strip()
-        if stripped and (stripped.isdigit() or (stripped[0] in "+-" and stripped[1:].isdigit())):
-            number = int(stripped)
-    if number is None or not -(2**63) <= number < 2**63:
-        raise ValueError(value)
-    return number
+    stripped = value.strip(blanks)
+    digits = stripped[1:] if stripped[:1] in ("+", "-") else stripped
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    if not long_text_raises and len(digits.lstrip("0")) > 19:
+        return None
+    number = int(stripped)
+    return number if number in bounds else None
 
 
 def to_json(value: Any) -> str:

@@ -12,13 +12,10 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from replicator.dialects import jsontext
 from replicator.dialects.base import Dialect
-from replicator.dialects.canal_json import TypeCache, binary_as_hex, is_binary_type
-from replicator.dialects.events import At, Events, epoch_micros
-from replicator.dialects.jsontext import Num, to_json
-
-Image = dict[str, str | None]
+from replicator.dialects.canal_json import TypeCache, binary_as_hex, binary_columns
+from replicator.dialects.events import At, Events, Image, epoch_micros
+from replicator.dialects.jsontext import cast_bigint, string, to_json
 
 # "6816@mysql-bin.000070" (seed 000): offset, then the binlog file whose name ends in its number. Java
 # regex semantics, as the Spark decoder had them: ASCII \d and \s, `.` stops at every line terminator, `$`
@@ -27,39 +24,6 @@ BINLOG_RE = re.compile(
     r"^\s*(\d+)@([^\n\r\u0085\u2028\u2029]*\.(\d+))\s*(?:\r\n|[\n\r\u0085\u2028\u2029])?\Z", re.ASCII
 )
 EPOCH_LIMIT = 10**14  # larger |ms| values are not times
-WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
-BLANKS = "".join(map(chr, range(33)))  # what Spark trims before casting text to a number
-
-
-def bigint(value: str | None) -> int | None:
-    """Text -> a 64-bit integer, or ``None`` (Spark's ``try_cast(... AS BIGINT)``: surrounding blanks
-    ignored, no fraction, no exponent, no overflow)."""
-    if value is None:
-        return None
-    stripped = value.strip(BLANKS)
-    if not WHOLE_NUMBER.fullmatch(stripped) or len(stripped.lstrip("+-").lstrip("0")) > 19:
-        return None
-    number = int(stripped)
-    return number if -(2**63) <= number < 2**63 else None
-
-
-def string(value: Any) -> str | None:
-    """``jsontext.string``, also for a nested object or array holding an integer beyond 64 bits (which
-    ``jsontext.dumps`` cannot write: orjson refuses such integers, so they go as :class:`Num` text)."""
-    try:
-        return jsontext.string(value)
-    except TypeError:
-        return jsontext.string(_big_ints_as_text(value))
-
-
-def _big_ints_as_text(value: Any) -> Any:
-    if type(value) is int and not -(2**63) <= value < 2**64:
-        return Num(value)
-    if type(value) is dict:
-        return {k: _big_ints_as_text(v) for k, v in value.items()}
-    if type(value) is list:
-        return [_big_ints_as_text(v) for v in value]
-    return value
 
 
 def flag(value: Any) -> bool:
@@ -85,8 +49,8 @@ class RiverCanal(Dialect):
         op = None if event is None else self.ops.get(event.strip(" ").lower())
         binlog = string(m.get("binlog"))
         found = BINLOG_RE.match(binlog) if binlog is not None else None
-        offset = bigint(found.group(1)) if found else None
-        file_no = bigint(found.group(3)) if found else None
+        offset = cast_bigint(found.group(1)) if found else None
+        file_no = cast_bigint(found.group(3)) if found else None
         # A null column has no name; a column that is neither null nor an object voids `columns`.
         columns = m.get("columns")
         if type(columns) is not list or any(c is not None and type(c) is not dict for c in columns):
@@ -118,11 +82,11 @@ class RiverCanal(Dialect):
             out.fail(at, name, "a column in 'columns' has no name or a duplicate name ('n')", **ident)
             return
         named: dict[str, dict[str, Any]] = dict(zip(names, columns, strict=True))  # type: ignore[arg-type]
-        types, binary = self.type_cache.get(
+        types, binary = self.type_cache.derived(
             (db, table),
             [(n, c.get("t")) for n, c in named.items()],
             lambda: self.types(named),
-            is_binary_type,
+            binary_columns,
         )
         after, before = self.images(op, named, binary)
         if not pk:
@@ -132,8 +96,8 @@ class RiverCanal(Dialect):
         if any(key_image.get(k) is None for k in pk):  # type: ignore[union-attr, arg-type]
             out.fail(at, name, f"NULL or absent primary key column in {to_json(pk)}", **ident)
             return
-        time_ms = bigint(string(m.get("time")))
-        canal_ms = bigint(string(m.get("canalTime")))
+        time_ms = cast_bigint(string(m.get("time")))
+        canal_ms = cast_bigint(string(m.get("canalTime")))
         meta = {"canalTime": None if canal_ms is None else str(canal_ms), "binlog": binlog}
         out.add(
             at,
