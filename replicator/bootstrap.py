@@ -29,13 +29,13 @@ from replicator.model import CDC_EVENT_TIME, CDC_OP, CDC_POSITION, CDC_SEQ
 from replicator.phases import INCREMENTAL, LOADING, SNAPSHOT_DONE, SNAPSHOT_LOADING, SNAPSHOT_SCHEMA
 from replicator.positions import horizon, parse_time
 from replicator.sinks import writer_factory
+from replicator.sources import FILE_SUFFIXES, message_files
 from replicator.state import State, TableState
 from replicator.types import column_type, parse_values
 
 log = get_logger("replicator.bootstrap")
 
 TABLE_FILES = (".parquet", ".csv")
-MESSAGE_FILES = (".json", ".jsonl", ".avro", ".b64")
 DONE_MARK = "replicator.bootstrap"  # commit metadata of a table file snapshot's last commit
 
 
@@ -265,7 +265,7 @@ def load_messages(
     bar: Any,
 ) -> list[TableState]:
     from replicator.engine import Engine
-    from replicator.sources import file_records
+    from replicator.sources import file_list, file_records
 
     engine = Engine(config.model_copy(update={"name": app_id(config)}))
     before = engine.state.tables()
@@ -274,8 +274,7 @@ def load_messages(
         if engine.state.done("batches", batch_id):  # a re-run: this batch is in already
             bar.update(len(chunk))
             continue
-        listed = [(f"file:{f.resolve()}", int(f.stat().st_mtime * 1000)) for f in chunk]
-        engine.process_records(file_records(listed), batch_id)
+        engine.process_records(file_records(file_list(chunk)), batch_id)
         bar.update(len(chunk))
     seq = horizon(position) if position else None
     finished = []
@@ -324,11 +323,11 @@ def bootstrap(
         total = sum(len(t.files) for t in tables)
         with tqdm(total=total, unit="file", desc="bootstrap", disable=not progress) as bar:
             return [load_table(state, config, t, restart, bar) for t in tables]
-    files = [root] if root.is_file() else sorted(f for f in root.rglob("*") if f.suffix in MESSAGE_FILES)
+    files = message_files(root)
     if not files:
         raise BootstrapError(
             f"--snapshot {root}: no table files (<db>/<table>/*.parquet|*.csv, manifest.json) "
-            f"and no message files ({', '.join(MESSAGE_FILES)})"
+            f"and no message files ({', '.join(FILE_SUFFIXES)})"
         )
     if restart:
         raise BootstrapError(

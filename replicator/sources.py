@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
@@ -186,12 +187,19 @@ def files_stream(spark: SparkSession, config: JobConfig) -> DataFrame:
 def read_path(path: str) -> pa.Table:
     """The raw records of a file or a folder (recursively, the source's file patterns), read at once (for
     ``decode``, ``bootstrap`` and tests), files in path order."""
-    from pathlib import Path
+    return file_records(file_list(message_files(Path(path))))
 
-    root = Path(path)
-    found = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in FILE_SUFFIXES)
-    files = [(f"file:{p.resolve()}", int(p.stat().st_mtime * 1000)) for p in found if p.is_file()]
-    return file_records(files)
+
+def message_files(root: Path) -> list[Path]:
+    """A file, or a folder's message files (recursively, FILE_SUFFIXES) in path order."""
+    if root.is_file():
+        return [root]
+    return sorted(p for p in root.rglob("*") if p.suffix in FILE_SUFFIXES and p.is_file())
+
+
+def file_list(files: list[Path]) -> list[tuple[str, int]]:
+    """Files as the stream lists them: ``file:`` URI and modification time (ms), the records' coordinates."""
+    return [(f"file:{p.resolve()}", int(p.stat().st_mtime * 1000)) for p in files]
 
 
 # ---- kafka -------------------------------------------------------------------------------------------------
