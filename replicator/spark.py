@@ -44,7 +44,7 @@ def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> 
     """
     from pyspark.sql import SparkSession
 
-    # Workers run Python (Avro decoding in mapInArrow): they need this interpreter and its packages.
+    # Spark's Python workers, should any start, use this interpreter and its packages.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     active = SparkSession.getActiveSession()
     builder = SparkSession.builder.appName(config.name if config else app_name)

@@ -215,14 +215,14 @@ class State:
 
     # ---- change log -------------------------------------------------------------------------------------
     def append_changelog(self, events: pa.Table, batch_id: int) -> None:
-        """Append the batch's events (Arrow, collected once by the engine) to the change-log table,
+        """Append the batch's decoded events (Arrow) to the change-log table,
         partitioned by database and table, with the batch's app transaction: a replayed batch adds
         nothing twice."""
         from deltalake import CommitProperties, Transaction, write_deltalake
 
         if self.done("changelog", batch_id) or events.num_rows == 0:
             return
-        # One fixed schema, all nullable: Spark's Arrow export may mark a column non-null in one batch.
+        # One fixed schema (CHANGELOG_SCHEMA: list items named as delta-rs names them), whatever the batch.
         rows = pa.table([events[f.name].cast(f.type) for f in CHANGELOG_SCHEMA], schema=CHANGELOG_SCHEMA)
         write_deltalake(
             str(self.root / "changelog"),
