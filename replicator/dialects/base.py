@@ -2,7 +2,7 @@
 
 A dialect turns one message of its wire format into change events appended to an
 :class:`~replicator.dialects.events.Events` builder; a micro-batch's raw records become one Arrow table in
-the contract's columns (model.EVENT_FIELDS plus ``error``/``raw``). The pipeline here does what every
+the contract's columns (model.EVENT_COLUMNS plus ``error``/``raw``). The pipeline here does what every
 format shares: UTF-8 and JSON checks, JSON array documents holding several messages, detection for
 ``dialect: auto``, and turning anything a dialect cannot read into an error row that keeps the raw record.
 

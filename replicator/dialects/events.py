@@ -1,7 +1,7 @@
 """A columnar builder of decoded events: dialects append rows, the batch becomes one Arrow table.
 
-The table has the contract's columns (model.EVENT_FIELDS) plus ``error`` and ``raw`` (model.DECODED_DDL),
-in the Arrow types the rest of the engine reads (:func:`decoded_schema`). Row images are dicts of text;
+The table has the contract's columns (model.EVENT_COLUMNS) plus ``error`` and ``raw``, in the Arrow types
+the rest of the engine reads (:func:`decoded_schema`). Row images are dicts of text;
 they are flattened into Arrow map arrays once per batch, not per row.
 """
 
@@ -20,7 +20,7 @@ Image = dict[str, str | None]  # a row image or a type map: column -> canonical 
 
 @cache
 def decoded_schema() -> pa.Schema:
-    """model.DECODED_DDL as Arrow (what Spark's ``toArrow`` gave for it, so the engine reads either)."""
+    """The change-event contract (model.EVENT_COLUMNS, in order) plus ``error`` and ``raw``, as Arrow."""
     import pyarrow as pa
 
     text_map = pa.map_(pa.string(), pa.string())
