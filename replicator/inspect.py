@@ -11,7 +11,7 @@ from replicator.dialects.base import DecodeOptions, decode
 if TYPE_CHECKING:
     import pyarrow as pa
 
-SEQ_TAIL = 5  # batch id, partition, offset, message index, row index (dialects.base.seq_tail)
+SEQ_TAIL = 5  # batch id, partition, offset, message index, row index (events.Events.row appends them)
 FIELDS = (
     "dialect",
     "op",

@@ -171,8 +171,7 @@ def test_every_dead_letter_keeps_its_raw_record(outcome):
     runner, _summary, cases = outcome
     by_line = {line: raw for line, (_case, raw, _err) in enumerate(cases, start=1)}
     letters = runner.dead_letters()
-    assert any(
-        d["dialect"] is None for d in letters
-    )  # the engine's (apply-stage) dead letters are among them
+    # the engine's (apply-stage) dead letters are among them: their dialect is not known
+    assert any(d["dialect"] is None for d in letters)
     assert any(d["dialect"] is not None for d in letters)
     assert all(d["raw"] == by_line[d["offset"]] for d in letters)

@@ -45,9 +45,7 @@ def binlog_number(name: str | None) -> int | None:
         return None
     _, dot, tail = name.rpartition(".")
     digits = tail.rstrip(JAVA_SPACE)
-    return (
-        cast_bigint(digits, long_text_raises=True) if dot and digits.isascii() and digits.isdigit() else None
-    )
+    return cast_bigint(digits) if dot and digits.isascii() and digits.isdigit() else None
 
 
 def is_time_text(value: str | None) -> bool:
@@ -98,7 +96,7 @@ class CKafka(CanalJson):
         binlog_pos = string(m.get("BINLOG_POS"))
         time = string(m.get("TIME"))
         file_no = binlog_number(binlog_name)
-        pos = cast_bigint(binlog_pos, long_text_raises=True)
+        pos = cast_bigint(binlog_pos)
         after = image(m.get("NEW_VALUES")) if op in ("insert", "update") else None
         before = image(m.get("OLD_VALUES")) if op in ("update", "delete") else None
         if type_text is None:

@@ -110,7 +110,7 @@ def bigint(value: Any) -> int | None:
     and Debezium's docs also quote numbers: ``"ts_ms":"1620393591654"``)."""
     if type(value) is int:
         return json_integer(value)
-    return cast_bigint(string(value), blanks=CAST_TRIM, long_text_raises=True)
+    return cast_bigint(string(value), blanks=CAST_TRIM)
 
 
 def structs(value: Any) -> list[dict[str, Any]] | None:
@@ -219,9 +219,7 @@ def converter(field: dict[str, Any]) -> Convert:
     writes a JSON number, kept as written)."""
     name = string(field.get("name"))
     if name == DECIMAL:
-        scale = cast_bigint(
-            (image(field.get("parameters")) or {}).get("scale"), INT32, CAST_TRIM, long_text_raises=True
-        )
+        scale = cast_bigint((image(field.get("parameters")) or {}).get("scale"), INT32, CAST_TRIM)
         return lambda v: decimal_text(base64_bytes(v), scale) if type(v) is str else text(v)
     if name == VARIABLE_SCALE_DECIMAL:
         return variable_scale_decimal

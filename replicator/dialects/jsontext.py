@@ -122,15 +122,12 @@ def json_integer(value: Any, bounds: range = INT64) -> int | None:
     return value if type(value) is int and value in bounds else None
 
 
-def cast_bigint(
-    value: str | None, bounds: range = INT64, blanks: str = BLANKS, *, long_text_raises: bool = False
-) -> int | None:
+def cast_bigint(value: str | None, bounds: range = INT64, blanks: str = BLANKS) -> int | None:
     """Text -> a 64-bit integer (or one in ``bounds``), else ``None``: Spark's ``try_cast(... AS BIGINT)``,
     surrounding ``blanks`` ignored, an optional sign, ASCII digits, no fraction, no exponent, no overflow.
 
-    More than 19 significant digits is ``None`` without converting them; ``long_text_raises`` converts them
-    anyway, so that text beyond Python's ``int()`` digit limit (4300) raises ValueError, as it always did in
-    the callers that pass it.
+    More than 19 significant digits is ``None`` without converting them (so text beyond Python's ``int()``
+    digit limit never raises).
     """
     if value is None:
         return None
@@ -138,7 +135,7 @@ def cast_bigint(
     digits = stripped[1:] if stripped[:1] in ("+", "-") else stripped
     if not (digits.isascii() and digits.isdigit()):
         return None
-    if not long_text_raises and len(digits.lstrip("0")) > 19:
+    if len(digits.lstrip("0")) > 19:
         return None
     number = int(stripped)
     return number if number in bounds else None

@@ -182,3 +182,16 @@ def test_tencent_canal_numbers_are_exact():
 def test_multi_row_delete_second_row():
     rows = [e for e in _edges() if e.get("op") == "delete"]
     assert [r["before"] for r in rows] == [{"id": "7", "x": "61"}, {"id": "8", "x": None}]
+
+
+def test_a_position_beyond_any_integer_is_malformed_not_a_crash():
+    """5,000 digits (past Python's int() text limit) is a malformed BINLOG_POS like 20 digits is."""
+    import json
+
+    from replicator.dialects.base import decode
+    from tests.dialects.golden import raw_records
+
+    base = json.loads((FIXTURES / FOLDER / "bad-messages.jsonl").read_text().splitlines()[0])
+    messages = [{**base, "TYPE": "I", "BINLOG_POS": "9" * n} for n in (20, 5000)]
+    errors = decode(raw_records(messages), "ckafka")["error"].to_pylist()
+    assert [e.split(":")[0] for e in errors] == [f'malformed BINLOG_POS ["{"9" * n}"]' for n in (20, 5000)]
