@@ -15,9 +15,11 @@ Crash points (``test_crash_points``, one process death each, chained on the same
 after the change log commit and before any table commit; between two tables' commits; after an ALTER's
 ADD COLUMN and before the DML MERGE that follows it; after all table commits and before the table registry
 is saved (and the batch recorded); after the batch is recorded and before Spark's checkpoint commits it.
-``test_random_kills`` kills the whole process group after seeded random delays. The os._exit variant of the
-between-tables crash is test_mirror_job.py::test_killed_between_two_tables_commits_then_rerun_applies_once.
-A crash in the middle of a RENAME TABLE is a known limitation (a stray old-name folder) and is not tested.
+``test_crash_inside_a_rename``: after a RENAME TABLE has moved the mirror and recorded the old name's
+horizon, before the rest of its batch (the window between the move and that record is not covered:
+docs/schema-evolution.md). ``test_random_kills`` kills the whole process group at seeded random instants
+after a batch. The os._exit variant of the between-tables crash is
+test_mirror_job.py::test_killed_between_two_tables_commits_then_rerun_applies_once.
 """
 
 from __future__ import annotations
@@ -96,8 +98,8 @@ HARNESS = textwrap.dedent("""
         after(DeltaRsWriter, "add_columns", lambda self, fields: True)
     elif point == "save_tables":
         before(State, "save_tables", lambda self, states, batch_id: batch_id == at)
-    elif point == "record_batch":
-        before(State, "record_batch", lambda self, summary: summary.batch_id == at)
+    elif point == "renamed":  # a rename's own registry record (the old name dropped), mid-batch
+        after(State, "save_tables", lambda self, states, b: b == at and any(s.dropped for s in states))
     elif point == "recorded":
         after(State, "record_batch", lambda self, summary: summary.batch_id == at)
     else:
@@ -165,7 +167,7 @@ def workload(seed: int, files: int = 3, messages: int = 8) -> tuple[list[list[di
             types = NOTE_TYPES if note else ORDER_TYPES
             roll = rng.random()
             n = next(es)
-            if f == 0 and m >= messages - 2:
+            if f == 0 and m >= messages - 2 and len(rows) >= 2:
                 kind = "DELETE"  # keys the redelivered inserts of file 0 must not bring back
             elif len(rows) < 3 or roll < 0.4 or (f == 0 and m < 4):
                 kind = "INSERT"
@@ -239,7 +241,7 @@ def kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def crash_at(config: Path, point: str) -> str:
+def crash_at(config: Path, point: str) -> None:
     log = config.parent / f"crash-{point}.log"
     proc = start([sys.executable, "-c", HARNESS, str(config), point], log)
     try:
@@ -249,7 +251,6 @@ def crash_at(config: Path, point: str) -> str:
     err = log.read_text()
     assert proc.returncode == -signal.SIGKILL, f"{point}: exit {proc.returncode}\n{err[-3000:]}"
     assert f"CRASH-POINT {point}" in err, f"{point} was never reached\n{err[-3000:]}"
-    return err
 
 
 def finish(config: Path) -> None:
@@ -314,7 +315,7 @@ def mirror_rows(root: Path, table: str) -> list[dict[str, Any]]:
 
 def differences(root: Path, model: dict[str, dict[int, dict]]) -> list[str]:
     problems = []
-    for table in TABLES:
+    for table in model:
         rows = mirror_rows(root, table)
         ids = Counter(r["id"] for r in rows)
         problems += [f"{table}: key {k} appears {n} times" for k, n in ids.items() if n > 1]
@@ -331,7 +332,15 @@ def differences(root: Path, model: dict[str, dict[int, dict]]) -> list[str]:
     return problems
 
 
-def assert_accounted(root: Path, config: Path, files: list[list[dict]]) -> None:
+def events_of(message: dict) -> int:
+    """Change events of a canal message: one per row, one for a DDL."""
+    return len(message["data"]) if message["data"] is not None else 1
+
+
+def assert_accounted(
+    root: Path, config: Path, files: list[list[dict]], tables: dict[str, set[int]] | None = None
+) -> None:
+    """``tables``: the batch ids each mirror commits (default: every table of TABLES in every batch)."""
     from deltalake import DeltaTable
 
     report = status(config)
@@ -339,7 +348,7 @@ def assert_accounted(root: Path, config: Path, files: list[list[dict]]) -> None:
     ids = [b["batch_id"] for b in batches]
     assert ids == list(range(len(files))), f"batches recorded: {ids}"
     records = sum(len(f) for f in files)
-    events = sum(len(m["data"] or [None]) for f in files for m in f)
+    events = sum(events_of(m) for f in files for m in f)
     assert sum(b["records_in"] for b in batches) == records
     assert sum(b["events"] for b in batches) == events
     for b in batches:
@@ -348,10 +357,10 @@ def assert_accounted(root: Path, config: Path, files: list[list[dict]]) -> None:
     assert report["dead_letters"] == 0
     changelog = DeltaTable(str(root / "state" / "changelog")).to_pyarrow_table(columns=["batch_id"])
     per_batch = Counter(changelog["batch_id"].to_pylist())
-    assert per_batch == {i: sum(len(m["data"] or [None]) for m in f) for i, f in enumerate(files)}
-    for table in TABLES:
+    assert per_batch == {i: sum(events_of(m) for m in f) for i, f in enumerate(files)}
+    for table, ids in (tables or {t: set(range(len(files))) for t in TABLES}).items():
         counts = txns(root / "lake" / "shop" / table)
-        assert set(counts) == {("crash-job", i) for i in range(len(files))}, (table, counts)
+        assert set(counts) == {("crash-job", i) for i in ids}, (table, counts)
         assert set(counts.values()) == {1}, f"{table}: a batch committed twice: {counts}"
 
 
@@ -397,21 +406,68 @@ def test_crash_points(tmp_path):
     assert_accounted(tmp_path, config, files)
 
 
-def kill_after(config: Path, delay: float) -> str:
-    """Run the job; SIGKILL its process group after ``delay`` s unless it finished. Says what happened."""
-    log = config.parent / f"kill-{delay:.0f}.log"
+def rename_workload() -> tuple[list[list[dict]], dict[str, dict]]:
+    """Batch 0 fills customers and orders; batch 1 renames customers to clients with DML of both names and
+    of orders around it; batch 2 redelivers batch 0's customers INSERT (before the rename: skipped, no
+    customers mirror comes back) and writes to clients."""
+    rng = random.Random(5)
+    es = iter(range(ES, ES + 10**6))
+    customers = {k: _values(rng, k, 0) for k in range(1, 5)}
+    orders = {k: _values(rng, k, 0) for k in range(1, 3)}
+    first = canal("INSERT", [_text(r) for r in customers.values()], es=next(es), table="customers")
+    files = [[first, canal("INSERT", [_text(r) for r in orders.values()], es=next(es))]]
+    customers[1] = _values(rng, 1, 1)
+    orders[1] = _values(rng, 1, 1)
+    clients = customers
+    clients[5] = _values(rng, 5, 1)
+    gone = clients.pop(2)
+    files.append(
+        [
+            canal("UPDATE", [_text(customers[1])], old=[{"name": "x"}], es=next(es), table="customers"),
+            ddl("RENAME", "ALTER TABLE `customers` RENAME TO `clients`", es=next(es), table="customers"),
+            canal("INSERT", [_text(clients[5])], es=next(es), table="clients"),
+            canal("UPDATE", [_text(orders[1])], old=[{"name": "x"}], es=next(es)),
+            canal("DELETE", [_text(gone)], es=next(es), table="clients"),
+        ]
+    )
+    clients[6] = _values(rng, 6, 2)
+    files.append([first, canal("INSERT", [_text(clients[6])], es=next(es), table="clients")])
+    return files, {"clients": clients, "orders": orders}
+
+
+@pytest.mark.slow
+def test_crash_inside_a_rename(tmp_path):
+    files, model = rename_workload()
+    config = write_job(tmp_path, files)
+    crash_at(config, "renamed@1")
+    assert (tmp_path / "lake" / "shop" / "clients").exists()
+    assert not committed(tmp_path, "orders", 1)  # the rest of batch 1 had not run
+    finish(config)
+    assert not (tmp_path / "lake" / "shop" / "customers").exists()
+    problems = differences(tmp_path, model)
+    assert not problems, "\n".join(problems)
+    assert_accounted(tmp_path, config, files, tables={"clients": {0, 1, 2}, "orders": {0, 1}})
+
+
+def kill_after(config: Path, batches: int, delay: float) -> str:
+    """Run the job; once this run has logged ``batches`` batches, SIGKILL its process group ``delay`` s later
+    unless it finished. Says what happened."""
+    log = config.parent / f"kill-{batches}-{delay:.1f}.log"
     proc = start([*MIRROR, str(config), "--available-now"], log)
     try:
+        deadline = time.monotonic() + 600
+        while len(batch_ids(log)) < batches and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
         proc.wait(timeout=delay)
-        outcome = f"finished before the kill at {delay:.0f}s"
+        outcome = "finished before the kill"
         assert proc.returncode == 0, log.read_text()[-3000:]
     except subprocess.TimeoutExpired:
         kill_group(proc)
         proc.wait()
-        outcome = f"killed at {delay:.0f}s"
+        outcome = f"killed {delay:.1f}s after its batch {batches}"
     finally:
         kill_group(proc)
-    return f"{outcome} after batches {batch_ids(log)}"
+    return f"{outcome}; batches logged {batch_ids(log)}"
 
 
 # CI runs the first seed; `make soak` (HYPOTHESIS_PROFILE=soak) runs them all.
@@ -424,10 +480,12 @@ def test_random_kills(tmp_path, seed):
     rng = random.Random(seed)
     files, model = workload(seed, files=3, messages=10)
     config = write_job(tmp_path, files)
-    # Spark starts in ~10-15 s and a batch takes ~3-20 s here (idle to loaded machine): delays in that
-    # window land before, inside and between batches, or after the end (then the run just finished).
-    delays = [rng.uniform(8, 40) for _ in range(2)]
-    history = [kill_after(config, delay) for delay in delays]
+    # Each kill waits for the run's first batch (or second) to be logged, then lands a random instant later:
+    # in Spark's checkpoint commit, inside the next batch (decode, MERGEs, state) or between batches. The
+    # first kill comes within a second of a batch, before the run can finish.
+    kills = [(1, rng.uniform(0, 1)), (rng.randint(1, 2), rng.uniform(0, 4))]
+    history = [kill_after(config, batches, delay) for batches, delay in kills]
+    assert history[0].startswith("killed"), history
     finish(config)
     problems = differences(tmp_path, model)
     assert not problems, f"seed {seed}: {history}:\n" + "\n".join(problems)
