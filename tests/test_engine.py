@@ -301,10 +301,13 @@ def test_a_tombstoned_key_in_a_batch_does_not_hold_back_the_other_keys(runner, t
     assert ids(runner.mirror()) == [2, 3]
 
 
-def test_a_batch_large_enough_for_the_decode_workers(runner, tmp_path):
-    """25,000 records (over pool.PARALLEL_FROM) in three files: decoded in worker processes, slice by
-    slice, while the driver reads the next file; one bad record among them is a dead letter."""
+def test_a_batch_large_enough_for_the_decode_workers(spark, tmp_path):
+    """25,000 records (over pool.PARALLEL_FROM) in three files: decoded in two worker processes (whatever
+    the machine's cores), slice by slice, while the driver reads the next file; one bad record among them
+    is a dead letter."""
     from replicator.dialects.pool import PARALLEL_FROM
+
+    runner = Runner(spark, job(tmp_path, source={"decode_workers": 2}))
 
     count = 25_000
     assert count >= PARALLEL_FROM
