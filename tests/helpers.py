@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -129,12 +132,7 @@ class Runner:
     def mirror(
         self, database: str = "shop", table: str = "orders", cdc: bool = False
     ) -> list[dict[str, Any]]:
-        from deltalake import DeltaTable
-
-        path = Path(self.config.target.path) / database / table
-        data = DeltaTable(str(path)).to_pyarrow_table()
-        if not cdc:
-            data = data.drop_columns([c for c in data.column_names if c.startswith("_cdc_")])
+        data = delta_table(Path(self.config.target.path) / database / table, cdc)
         key = data.column_names[0]
         return data.take(pc.sort_indices(data, [(key, "ascending")])).to_pylist()
 
@@ -147,5 +145,21 @@ class Runner:
         return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
 
 
-def table_of(rows: list[dict[str, Any]]) -> pa.Table:
-    return pa.Table.from_pylist(rows)
+def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """The ``replicator`` command in a process of its own (Spark on 2 cores), output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "replicator.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "REPLICATOR_SPARK_MASTER": "local[2]"},
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+
+
+def delta_table(path: Path | str, cdc: bool = False) -> pa.Table:
+    """A Delta table's rows; ``cdc``: with the engine's ``_cdc_*`` columns."""
+    from deltalake import DeltaTable
+
+    data = DeltaTable(str(path)).to_pyarrow_table()
+    return data if cdc else data.drop_columns([c for c in data.column_names if c.startswith("_cdc_")])

@@ -126,10 +126,6 @@ class Table:
     def sorted_rows(self) -> list[Row]:
         return [self.rows[k] for k in sorted(self.rows)]
 
-    def source_columns(self) -> list[str]:
-        """The columns the source table has now (a DML row image names exactly these)."""
-        return [c for c in self.columns if c not in self.dropped]
-
 
 def replay(statements: list[Statement], until: int | None = None, policy: Policy = "evolve") -> Table:
     """The table (as a mirror under ``policy`` holds it) after every statement (or those with

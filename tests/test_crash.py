@@ -40,8 +40,9 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import ORDER_TYPES, canal, ddl, write_jsonl
+from tests.helpers import ORDER_TYPES, canal, cli, ddl, delta_table, write_jsonl
 from tests.model import same_value
+from tests.workload import texts
 
 REPO = Path(__file__).resolve().parent.parent
 ES = 1_700_000_000_000
@@ -125,19 +126,6 @@ def _values(rng: random.Random, key: int, n: int) -> dict[str, Any]:
     }
 
 
-def _text(row: dict[str, Any]) -> dict[str, Any]:
-    """A model row as canal-json writes it (every value as text, NULL as null)."""
-    out = {
-        "id": str(row["id"]),
-        "name": row["name"],
-        "amount": f"{row['amount']:.2f}",
-        "ts": row["ts"].strftime("%Y-%m-%d %H:%M:%S.") + f"{row['ts'].microsecond // 1000:03d}",
-    }
-    if "note" in row:
-        out["note"] = row["note"]
-    return out
-
-
 def workload(seed: int, files: int = 3, messages: int = 8) -> tuple[list[list[dict]], dict[str, dict]]:
     """``files`` files of canal-json messages over two tables (1-3 rows per message: inserts, updates,
     deletes; file 0 ends with deletes), ``ALTER TABLE orders ADD COLUMN note`` in the middle of file 1,
@@ -179,7 +167,7 @@ def workload(seed: int, files: int = 3, messages: int = 8) -> tuple[list[list[di
                     if note:
                         row["note"] = rng.choice([None, f"n{n}"])
                     rows[row["id"]] = row
-                batch.append(canal("INSERT", [_text(r) for r in new], es=n, table=table, types=types))
+                batch.append(canal("INSERT", [texts(r) for r in new], es=n, table=table, types=types))
             elif kind == "UPDATE":
                 chosen = rng.sample(sorted(rows), min(len(rows), rng.randint(1, 3)))
                 new, old = [], []
@@ -189,12 +177,12 @@ def workload(seed: int, files: int = 3, messages: int = 8) -> tuple[list[list[di
                     rows[key] = row
                     new.append(row)
                 batch.append(
-                    canal("UPDATE", [_text(r) for r in new], old=old, es=n, table=table, types=types)
+                    canal("UPDATE", [texts(r) for r in new], old=old, es=n, table=table, types=types)
                 )
             else:
                 chosen = rng.sample(sorted(rows), min(len(rows) - 1, rng.randint(1, 2)))
                 gone = [rows.pop(key) for key in chosen]
-                batch.append(canal("DELETE", [_text(r) for r in gone], es=n, table=table, types=types))
+                batch.append(canal("DELETE", [texts(r) for r in gone], es=n, table=table, types=types))
         out.append(batch)
     out.append([m for m in out[0] if m["type"] == "INSERT"])
     return out, model
@@ -205,7 +193,7 @@ def write_job(root: Path, files: list[list[dict]]) -> Path:
         path = write_jsonl(root / "landing" / f"part-{i:03d}.jsonl", messages)
         os.utime(path, (ES / 1000 + i, ES / 1000 + i))  # one file per batch, in this order
     path = root / "job.yaml"
-    path.write_text(
+    path.writetexts(
         textwrap.dedent("""
         name: crash-job
         source: {type: files, path: landing, dialect: canal-json, max_files_per_trigger: 1}
@@ -230,7 +218,7 @@ def start(args: list[str], log: Path) -> subprocess.Popen:
 
 
 def batch_ids(log: Path) -> list[int]:
-    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in log.readtexts().splitlines() if line.startswith("{")]
     return [line["batch_id"] for line in lines if line.get("event") == "batch"]
 
 
@@ -248,7 +236,7 @@ def crash_at(config: Path, point: str) -> None:
         proc.wait(timeout=600)
     finally:
         kill_group(proc)  # the orphaned JVM, if any
-    err = log.read_text()
+    err = log.readtexts()
     assert proc.returncode == -signal.SIGKILL, f"{point}: exit {proc.returncode}\n{err[-3000:]}"
     assert f"CRASH-POINT {point}" in err, f"{point} was never reached\n{err[-3000:]}"
 
@@ -260,28 +248,11 @@ def finish(config: Path) -> None:
         proc.wait(timeout=900)
     finally:
         kill_group(proc)
-    assert proc.returncode == 0, log.read_text()[-3000:]
+    assert proc.returncode == 0, log.readtexts()[-3000:]
 
 
 def status(config: Path) -> dict[str, Any]:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "replicator.cli",
-            "status",
-            "--config",
-            str(config),
-            "--json",
-            "--batches",
-            "100000",
-        ],
-        cwd=REPO,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = cli("status", "--config", str(config), "--json", "--batches", "100000", timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
 
@@ -294,7 +265,7 @@ def txns(table: Path) -> Counter:
     found: Counter = Counter()
     log = table / "_delta_log"
     for commit in sorted(log.glob("*.json")) if log.exists() else []:
-        for line in commit.read_text().splitlines():
+        for line in commit.readtexts().splitlines():
             action = json.loads(line)
             if "txn" in action:
                 found[(action["txn"]["appId"], action["txn"]["version"])] += 1
@@ -306,11 +277,7 @@ def committed(root: Path, table: str, batch_id: int) -> bool:
 
 
 def mirror_rows(root: Path, table: str) -> list[dict[str, Any]]:
-    from deltalake import DeltaTable
-
-    data = DeltaTable(str(root / "lake" / "shop" / table)).to_pyarrow_table()
-    data = data.drop_columns([c for c in data.column_names if c.startswith("_cdc")])
-    return data.to_pylist()
+    return delta_table(root / "lake" / "shop" / table).to_pylist()
 
 
 def differences(root: Path, model: dict[str, dict[int, dict]]) -> list[str]:
@@ -414,8 +381,8 @@ def rename_workload() -> tuple[list[list[dict]], dict[str, dict]]:
     es = iter(range(ES, ES + 10**6))
     customers = {k: _values(rng, k, 0) for k in range(1, 5)}
     orders = {k: _values(rng, k, 0) for k in range(1, 3)}
-    first = canal("INSERT", [_text(r) for r in customers.values()], es=next(es), table="customers")
-    files = [[first, canal("INSERT", [_text(r) for r in orders.values()], es=next(es))]]
+    first = canal("INSERT", [texts(r) for r in customers.values()], es=next(es), table="customers")
+    files = [[first, canal("INSERT", [texts(r) for r in orders.values()], es=next(es))]]
     customers[1] = _values(rng, 1, 1)
     orders[1] = _values(rng, 1, 1)
     clients = customers
@@ -423,15 +390,15 @@ def rename_workload() -> tuple[list[list[dict]], dict[str, dict]]:
     gone = clients.pop(2)
     files.append(
         [
-            canal("UPDATE", [_text(customers[1])], old=[{"name": "x"}], es=next(es), table="customers"),
+            canal("UPDATE", [texts(customers[1])], old=[{"name": "x"}], es=next(es), table="customers"),
             ddl("RENAME", "ALTER TABLE `customers` RENAME TO `clients`", es=next(es), table="customers"),
-            canal("INSERT", [_text(clients[5])], es=next(es), table="clients"),
-            canal("UPDATE", [_text(orders[1])], old=[{"name": "x"}], es=next(es)),
-            canal("DELETE", [_text(gone)], es=next(es), table="clients"),
+            canal("INSERT", [texts(clients[5])], es=next(es), table="clients"),
+            canal("UPDATE", [texts(orders[1])], old=[{"name": "x"}], es=next(es)),
+            canal("DELETE", [texts(gone)], es=next(es), table="clients"),
         ]
     )
     clients[6] = _values(rng, 6, 2)
-    files.append([first, canal("INSERT", [_text(clients[6])], es=next(es), table="clients")])
+    files.append([first, canal("INSERT", [texts(clients[6])], es=next(es), table="clients")])
     return files, {"clients": clients, "orders": orders}
 
 
@@ -460,7 +427,7 @@ def kill_after(config: Path, batches: int, delay: float) -> str:
             time.sleep(0.05)
         proc.wait(timeout=delay)
         outcome = "finished before the kill"
-        assert proc.returncode == 0, log.read_text()[-3000:]
+        assert proc.returncode == 0, log.readtexts()[-3000:]
     except subprocess.TimeoutExpired:
         kill_group(proc)
         proc.wait()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from chispa import assert_df_equality
 
-from tests.helpers import canal, order, write_jsonl
+from tests.helpers import canal, cli, delta_table, order, write_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 ES = 1_700_000_000_000
@@ -38,26 +38,8 @@ def job_file(tmp_path: Path, extra: str = "") -> Path:
     return path
 
 
-def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "REPLICATOR_SPARK_MASTER": "local[2]"}
-    return subprocess.run(
-        [sys.executable, "-m", "replicator.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=REPO,
-    )
-
-
 def delta_rows(path: Path) -> list[dict]:
-    from deltalake import DeltaTable
-
-    table = DeltaTable(str(path)).to_pyarrow_table()
-    return sorted(
-        table.drop_columns([c for c in table.column_names if c.startswith("_cdc")]).to_pylist(),
-        key=lambda r: json.dumps(r, default=str),
-    )
+    return sorted(delta_table(path).to_pylist(), key=lambda r: json.dumps(r, default=str))
 
 
 def batches(state: Path) -> list[dict]:

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import Runner, job, write_jsonl
+from tests.helpers import Runner, delta_table, job, write_jsonl
 from tests.model import KEY, Op, Statement, Table, replay
 from tests.workload import ADDED, ENCODERS, RENAMED, TABLE, Encoder, deliveries, job_overrides, workloads
 
@@ -41,13 +41,10 @@ def mirror_rows(runner: Runner, encoder: Encoder, table: str = TABLE) -> list[di
 
 def read_rows(target: Path, encoder: Encoder, table: str = TABLE) -> list[dict[str, Any]]:
     """The logical rows (``_cdc_*`` columns left out) of the mirror ``target/<database>/<table>``."""
-    from deltalake import DeltaTable
-
     path = target / encoder.database / table
     if not path.exists():
         return []
-    data = DeltaTable(str(path)).to_pyarrow_table()
-    data = data.drop_columns([c for c in data.column_names if c.startswith("_cdc_")])
+    data = delta_table(path)
     return sorted((encoder.logical(r) for r in data.to_pylist()), key=lambda r: r[KEY])
 
 
@@ -202,8 +199,4 @@ def test_every_dialect_gives_the_same_mirror(spark, tmp_path):
 
 
 def _mirror_table(runner: Runner, encoder: Encoder) -> pa.Table:
-    from deltalake import DeltaTable
-
-    table = DeltaTable(str(Path(runner.config.target.path) / encoder.database / TABLE)).to_pyarrow_table()
-    table = table.drop_columns([c for c in table.column_names if c.startswith("_cdc_")])
-    return table.sort_by(KEY)
+    return delta_table(Path(runner.config.target.path) / encoder.database / TABLE).sort_by(KEY)

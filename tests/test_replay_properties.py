@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from replicator.replay import changelog_events, replay, replay_config
 from replicator.sinks import writer_factory
 from replicator.state import State
+from tests.helpers import delta_table
 from tests.model import KEY, Statement, Table
 from tests.model import replay as model_replay
 from tests.test_properties import assert_mirror_is, cases, ddl_case, read_rows, run
@@ -53,14 +54,11 @@ def cut_times(statements: list[Statement]) -> st.SearchStrategy[int]:
 
 def table_files(target: Path, encoder: Encoder) -> dict[str, list[dict[str, Any]]]:
     """Every mirror of ``encoder``'s database in ``target``, full rows (``_cdc_*`` included), by name."""
-    from deltalake import DeltaTable
-
     out = {}
     for name in (TABLE, RENAMED):
         path = target / encoder.database / name
         if path.exists():
-            data = DeltaTable(str(path)).to_pyarrow_table()
-            out[name] = sorted(data.to_pylist(), key=lambda r: r[KEY])
+            out[name] = sorted(delta_table(path, cdc=True).to_pylist(), key=lambda r: r[KEY])
     return out
 
 

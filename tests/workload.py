@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 
-from tests.model import KEY, NAME, Op, Row, Statement, Table
+from tests.model import DDL_KINDS, KEY, NAME, Op, Row, Statement, Table
 
 T0 = 1_700_000_000_000  # ms
 DATABASE, TABLE = "shop", NAME
@@ -42,7 +42,7 @@ MYSQL_TYPES = {
     ADDED: "varchar(16)",
 }
 JDBC = {"id": 4, "name": 12, "amount": 3, "ts": 93, "flag": -6, ADDED: 12}
-DDL_OPS = frozenset({"add_column", "drop_column", "rename_table"})
+DDL_OPS = frozenset(DDL_KINDS)
 
 NAMES = ["", None, "a", "小春😀", 'it\'s "q" \\ ', " x "]
 AMOUNTS = [
