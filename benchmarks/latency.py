@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -26,14 +27,14 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workload import _msg
+from workload import batch_lines, message, row, write_job
 
 REPO = Path(__file__).resolve().parent.parent
-ROW = {"name": "x", "amount": "1.00", "qty": "1", "price": "1.5", "created": "2024-01-01 00:00:00.000"}
 
 
 def writer(landing: Path, rate: int, stop: threading.Event) -> None:
     key = 0
+    rng = random.Random(7)
     per_file = max(1, rate // 10)
     landing.mkdir(parents=True, exist_ok=True)
     tick = time.monotonic()
@@ -41,14 +42,7 @@ def writer(landing: Path, rate: int, stop: threading.Event) -> None:
         lines = []
         for _ in range(per_file):
             es = int(time.time() * 1000)
-            data = {
-                "id": str(key),
-                **ROW,
-                "updated": "2024-01-01 00:00:00.000000",
-                "status": "new",
-                "flag": "1",
-            }
-            lines.append(orjson.dumps(_msg("INSERT", data, None, es, key)))
+            lines.append(orjson.dumps(message("INSERT", row(rng, key, key), None, es, key)))
             key += 1
         part = landing / f".part-{key:09d}.jsonl.tmp"
         part.write_bytes(b"\n".join(lines) + b"\n")
@@ -88,10 +82,7 @@ def main() -> None:
     work = Path(args.workdir)
     shutil.rmtree(work, ignore_errors=True)
     (work / "landing").mkdir(parents=True)
-    (work / "job.yaml").write_text(
-        "name: latency\nsource:\n  type: files\n  path: landing\n  dialect: canal-json\n"
-        "target:\n  path: lake\nstate:\n  path: state\ntrigger:\n  interval: 1 second\n"
-    )
+    write_job(work, "latency", trigger="1 second")
     job = subprocess.Popen(
         [sys.executable, "-m", "replicator.cli", "mirror", "--config", "job.yaml"],
         cwd=work,
@@ -111,7 +102,7 @@ def main() -> None:
     time.sleep(5)  # the last files
     os.killpg(job.pid, signal.SIGTERM)
     _, err = job.communicate(timeout=120)
-    batches = [json.loads(line) for line in err.splitlines() if line.startswith("{") and '"batch"' in line]
+    batches = batch_lines(err)
     values = sorted(latencies(work / "lake" / "bench" / "orders", int(started_ms + args.warmup * 1000)))
     if not values:
         raise SystemExit(f"no events measured; job log:\n{err[-3000:]}")

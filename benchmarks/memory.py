@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from throughput import REPO, run_mirror
-from workload import write_files
+from workload import batch_lines, write_files
 
 
 def main() -> None:
@@ -34,7 +34,7 @@ def main() -> None:
         events = args.events * factor
         write_files(work / "landing", events, max(events // 10, 1000), args.per_file)
         wall, peak, err = run_mirror(work, args.files_per_trigger)
-        batches = sum(1 for line in err.splitlines() if line.startswith("{") and '"batch"' in line)
+        batches = len(batch_lines(err))
         runs.append(
             {
                 "events": events,

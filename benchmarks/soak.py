@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workload import TYPES, write_files
+from workload import TYPES, write_files, write_job
 
 REPO = Path(__file__).resolve().parent.parent
 JOB = "soak"
@@ -178,17 +178,6 @@ def accounting(workdir: Path, messages: int, events: int) -> dict[str, Any]:
 # ---- the runs ----------------------------------------------------------------------------------------------
 
 
-def write_job(workdir: Path, files_per_trigger: int) -> Path:
-    job = workdir / "job.yaml"
-    job.write_text(
-        f"name: {JOB}\n"
-        "source: {type: files, path: landing, dialect: canal-json, "
-        f"max_files_per_trigger: {files_per_trigger}}}\n"
-        "target: {path: lake}\nstate: {path: state}\n"
-    )
-    return job
-
-
 def run_once(job: Path, log: Path, kill_after: float | None) -> tuple[str, float]:
     """One ``mirror --available-now``; SIGKILL of its process group (driver + JVM) after ``kill_after`` s."""
     started = time.monotonic()
@@ -251,10 +240,10 @@ def main() -> int:
     for i, path in enumerate(paths):  # one file per trigger in order (Spark orders new files by mtime)
         os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
     generated = time.monotonic() - t0
-    job = write_job(workdir, args.files_per_trigger)
+    job = write_job(workdir, JOB, args.files_per_trigger)
 
     runs: list[dict[str, Any]] = []
-    kills = optimizes = vacuums = vacuumed_files = 0
+    kills = maintained = vacuumed_files = 0
     stalled = 0  # killed runs in a row that recorded no batch: the next delay grows so the job can progress
     started = time.monotonic()
     while True:
@@ -279,8 +268,7 @@ def main() -> int:
         stalled = stalled + 1 if after == before else 0
         if kills % args.maintain_every == 0:
             done, removed = maintain(workdir / "lake")
-            optimizes += done
-            vacuums += done
+            maintained += done
             vacuumed_files += removed
     wall = time.monotonic() - started
 
@@ -296,8 +284,7 @@ def main() -> int:
         "seed": args.seed,
         "kills": kills,
         "restarts": len(runs) - 1,
-        "optimizes": optimizes,
-        "vacuums": vacuums,
+        "optimize_vacuum_rounds": maintained,
         "vacuumed_files": vacuumed_files,
         "wall_s": round(wall, 1),
         "events_per_s": round(args.events / wall),

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workload import ES0, TYPES, _msg, row
+from workload import ES0, TYPES, batch_lines, message, row, write_job
 
 REPO = Path(__file__).resolve().parent.parent
 ROWS_PER_FILE = 250_000
@@ -71,17 +71,17 @@ def events(folder: Path, rows: int, batches: int, per_batch: int, keys: str) -> 
                 key = rng.randrange(low, next_key)
                 if roll < 0.10:
                     key, next_key = next_key, next_key + 1
-                    message = _msg("INSERT", row(rng, key, n), None, ES0 + n, n)
+                    msg = message("INSERT", row(rng, key, n), None, ES0 + n, n)
                 elif roll < 0.85 and key not in deleted:
                     new = row(rng, key, n)
-                    message = _msg("UPDATE", new, {"qty": "0", "status": "old"}, ES0 + n, n)
+                    msg = message("UPDATE", new, {"qty": "0", "status": "old"}, ES0 + n, n)
                 elif key in deleted:
                     deleted.discard(key)
-                    message = _msg("INSERT", row(rng, key, n), None, ES0 + n, n)
+                    msg = message("INSERT", row(rng, key, n), None, ES0 + n, n)
                 else:
                     deleted.add(key)
-                    message = _msg("DELETE", row(rng, key, n), None, ES0 + n, n)
-                f.write(orjson.dumps(message) + b"\n")
+                    msg = message("DELETE", row(rng, key, n), None, ES0 + n, n)
+                f.write(orjson.dumps(msg) + b"\n")
                 n += 1
 
 
@@ -106,10 +106,7 @@ def main() -> None:
     work = Path(args.workdir) / args.keys
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    (work / "job.yaml").write_text(
-        "name: steady\nsource:\n  type: files\n  path: landing\n  dialect: canal-json\n"
-        "  max_files_per_trigger: 1\ntarget:\n  path: lake\nstate:\n  path: state\n"
-    )
+    write_job(work, "steady", files_per_trigger=1)
     t0 = time.monotonic()
     snapshot(work / "snapshot", args.rows)
     events(work / "landing", args.rows, args.batches, args.events, args.keys)
@@ -118,7 +115,7 @@ def main() -> None:
         ["bootstrap", "--config", "job.yaml", "--snapshot", "snapshot/manifest.json", "--no-progress"], work
     )
     wall, log = run(["mirror", "--config", "job.yaml", "--available-now"], work)
-    batches = [json.loads(line) for line in log.splitlines() if line.startswith("{") and '"batch"' in line]
+    batches = batch_lines(log)
     per_batch = [
         {
             "batch": b["batch_id"],

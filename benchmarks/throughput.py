@@ -24,7 +24,7 @@ import orjson
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workload import write_files
+from workload import batch_lines, write_files, write_job
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -45,12 +45,7 @@ def peak_rss(proc: psutil.Process, stop: threading.Event, out: list[int]) -> Non
 
 
 def run_mirror(workdir: Path, files_per_trigger: int) -> tuple[float, int, str]:
-    job = workdir / "job.yaml"
-    extra = f"\n  max_files_per_trigger: {files_per_trigger}" if files_per_trigger else ""
-    job.write_text(
-        f"name: bench\nsource:\n  type: files\n  path: landing\n  dialect: canal-json{extra}\n"
-        "target:\n  path: lake\nstate:\n  path: state\n"
-    )
+    job = write_job(workdir, "bench", files_per_trigger)
     started = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "replicator.cli", "mirror", "--config", str(job), "--available-now"],
@@ -106,7 +101,7 @@ def main() -> None:
     paths = write_files(workdir / "landing", args.events, args.keys, args.per_file)
     generated = time.monotonic() - t0
     elapsed, rss, err = run_mirror(workdir, args.files_per_trigger)
-    batches = [json.loads(line) for line in err.splitlines() if line.startswith("{") and '"batch"' in line]
+    batches = batch_lines(err)
     floor_s = floor(paths, workdir)
     from deltalake import DeltaTable
 

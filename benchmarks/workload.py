@@ -53,7 +53,6 @@ def events(count: int, keys: int, seed: int = 7) -> Iterator[dict[str, Any]]:
     """``count`` single-row messages: 10% inserts, 75% updates, 15% deletes and re-inserts."""
     rng = random.Random(seed)
     present: list[int] = []
-    where: dict[int, int] = {}
     absent = list(range(keys))
     rng.shuffle(absent)
     current: dict[int, dict[str, Any]] = {}
@@ -62,34 +61,31 @@ def events(count: int, keys: int, seed: int = 7) -> Iterator[dict[str, Any]]:
         roll = rng.random()
         if not present or (roll < 0.10 and absent):
             key = absent.pop()
-            where[key] = len(present)
             present.append(key)
             current[key] = row(rng, key, n)
-            yield _msg("INSERT", current[key], None, es, n)
-        elif roll < 0.85 or not present:
+            yield message("INSERT", current[key], None, es, n)
+        elif roll < 0.85:
             key = present[rng.randrange(len(present))]
             new = row(rng, key, n)
             old = {k: v for k, v in current[key].items() if new[k] != v}
             current[key] = new
-            yield _msg("UPDATE", new, old, es, n)
+            yield message("UPDATE", new, old, es, n)
         elif roll < 0.925 or not absent:
             idx = rng.randrange(len(present))
             key = present[idx]
             last = present.pop()
             if idx < len(present):
                 present[idx] = last
-                where[last] = idx
             absent.append(key)
-            yield _msg("DELETE", current.pop(key), None, es, n)
+            yield message("DELETE", current.pop(key), None, es, n)
         else:
             key = absent.pop(rng.randrange(len(absent)))
-            where[key] = len(present)
             present.append(key)
             current[key] = row(rng, key, n)
-            yield _msg("INSERT", current[key], None, es, n)
+            yield message("INSERT", current[key], None, es, n)
 
 
-def _msg(kind: str, data: dict[str, Any], old: dict[str, Any] | None, es: int, n: int) -> dict[str, Any]:
+def message(kind: str, data: dict[str, Any], old: dict[str, Any] | None, es: int, n: int) -> dict[str, Any]:
     return {
         "data": [data],
         "database": "bench",
@@ -122,3 +118,25 @@ def write_files(folder: Path, count: int, keys: int, per_file: int = 100_000) ->
     if handle:
         handle.close()
     return paths
+
+
+def write_job(
+    workdir: Path, name: str, files_per_trigger: int | None = None, trigger: str | None = None
+) -> Path:
+    """``workdir/job.yaml``: canal-json files from ``landing`` into ``lake``, state in ``state``."""
+    source = "{type: files, path: landing, dialect: canal-json"
+    source += f", max_files_per_trigger: {files_per_trigger}}}" if files_per_trigger else "}"
+    text = f"name: {name}\nsource: {source}\ntarget: {{path: lake}}\nstate: {{path: state}}\n"
+    if trigger:
+        text += f"trigger: {{interval: {trigger}}}\n"
+    job = workdir / "job.yaml"
+    job.parent.mkdir(parents=True, exist_ok=True)
+    job.write_text(text)
+    return job
+
+
+def batch_lines(log: str) -> list[dict[str, Any]]:
+    """The ``batch`` summaries (JSON log lines) of a job's log."""
+    import json
+
+    return [json.loads(line) for line in log.splitlines() if line.startswith("{") and '"batch"' in line]
