@@ -193,7 +193,7 @@ def write_job(root: Path, files: list[list[dict]]) -> Path:
         path = write_jsonl(root / "landing" / f"part-{i:03d}.jsonl", messages)
         os.utime(path, (ES / 1000 + i, ES / 1000 + i))  # one file per batch, in this order
     path = root / "job.yaml"
-    path.writetexts(
+    path.write_text(
         textwrap.dedent("""
         name: crash-job
         source: {type: files, path: landing, dialect: canal-json, max_files_per_trigger: 1}
@@ -218,7 +218,7 @@ def start(args: list[str], log: Path) -> subprocess.Popen:
 
 
 def batch_ids(log: Path) -> list[int]:
-    lines = [json.loads(line) for line in log.readtexts().splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
     return [line["batch_id"] for line in lines if line.get("event") == "batch"]
 
 
@@ -236,7 +236,7 @@ def crash_at(config: Path, point: str) -> None:
         proc.wait(timeout=600)
     finally:
         kill_group(proc)  # the orphaned JVM, if any
-    err = log.readtexts()
+    err = log.read_text()
     assert proc.returncode == -signal.SIGKILL, f"{point}: exit {proc.returncode}\n{err[-3000:]}"
     assert f"CRASH-POINT {point}" in err, f"{point} was never reached\n{err[-3000:]}"
 
@@ -248,7 +248,7 @@ def finish(config: Path) -> None:
         proc.wait(timeout=900)
     finally:
         kill_group(proc)
-    assert proc.returncode == 0, log.readtexts()[-3000:]
+    assert proc.returncode == 0, log.read_text()[-3000:]
 
 
 def status(config: Path) -> dict[str, Any]:
@@ -265,7 +265,7 @@ def txns(table: Path) -> Counter:
     found: Counter = Counter()
     log = table / "_delta_log"
     for commit in sorted(log.glob("*.json")) if log.exists() else []:
-        for line in commit.readtexts().splitlines():
+        for line in commit.read_text().splitlines():
             action = json.loads(line)
             if "txn" in action:
                 found[(action["txn"]["appId"], action["txn"]["version"])] += 1
@@ -427,7 +427,7 @@ def kill_after(config: Path, batches: int, delay: float) -> str:
             time.sleep(0.05)
         proc.wait(timeout=delay)
         outcome = "finished before the kill"
-        assert proc.returncode == 0, log.readtexts()[-3000:]
+        assert proc.returncode == 0, log.read_text()[-3000:]
     except subprocess.TimeoutExpired:
         kill_group(proc)
         proc.wait()
