@@ -29,15 +29,26 @@ from workload import batch_lines, write_files, write_job
 REPO = Path(__file__).resolve().parent.parent
 
 
+def tree_rss(proc: psutil.Process) -> int:
+    """RSS of the command (Python driver), its direct children (the Spark JVM) and every Python process
+    below them (Spark's Python daemon and workers, which decode and fold). Not the JVM's other children:
+    Hadoop's local file system forks ``chmod``/``readlink``, and a forked child shows the JVM's whole RSS
+    until it execs (counting it doubled the JVM, measured)."""
+    total = proc.memory_info().rss
+    for child in proc.children(recursive=True):
+        try:
+            if child.ppid() == proc.pid or child.name().startswith("python"):
+                total += child.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
 def peak_rss(proc: psutil.Process, stop: threading.Event, out: list[int]) -> None:
-    """Peak RSS of the command (Python driver) and its direct children: the Spark JVM and the decode
-    workers. Not the JVM's own children: Hadoop's local file system forks ``chmod``/``readlink``, and a
-    forked child shows the JVM's whole RSS until it execs (counting it doubled the JVM, measured)."""
     peak = 0
     while not stop.is_set():
         try:
-            total = proc.memory_info().rss + sum(c.memory_info().rss for c in proc.children(recursive=False))
-            peak = max(peak, total)
+            peak = max(peak, tree_rss(proc))
         except psutil.Error:
             pass
         time.sleep(0.2)

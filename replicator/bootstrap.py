@@ -265,7 +265,7 @@ def load_messages(
     bar: Any,
 ) -> list[TableState]:
     from replicator.engine import Engine
-    from replicator.sources import file_list, file_records
+    from replicator.sources import file_list
 
     engine = Engine(config.model_copy(update={"name": app_id(config)}))
     before = engine.state.tables()
@@ -274,7 +274,7 @@ def load_messages(
         if engine.state.done("batches", batch_id):  # a re-run: this batch is in already
             bar.update(len(chunk))
             continue
-        engine.process_records(file_records(file_list(chunk)), batch_id)
+        engine.process_files(file_list(chunk), batch_id)
         bar.update(len(chunk))
     seq = horizon(position) if position else None
     finished = []

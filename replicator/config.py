@@ -64,9 +64,6 @@ class SourceConfig(_Model):
     dialect: str = "auto"
     timezone: str = "UTC"
     max_files_per_trigger: int | None = Field(default=None, ge=1)
-    decode_workers: int | None = Field(
-        default=None, ge=1, description="processes decoding a large batch; default: the cores, at most 8"
-    )
     zero_dates: Literal["null", "dead_letter"] = "null"
     avro_schema: Path | None = None
     kafka: KafkaOptions | None = None

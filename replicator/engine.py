@@ -1,15 +1,15 @@
-"""The micro-batch: read + decode -> route -> resolve keys -> barriers -> fold -> per-table apply -> state.
+"""The micro-batch: decode (executors) -> keys, barriers -> fold (executors) -> per-table apply -> state.
 
-A batch costs one Spark job whatever the number of tables: the source's records (a file listing or Kafka
-records) brought to the driver as Arrow (sources.BATCH_RECORDS). Decoding runs in worker processes
-(dialects.pool), everything after it is Arrow compute on the driver, and tables are applied in parallel
-threads (delta-rs releases the GIL). docs/performance.md has the phases and their costs.
+Spark runs the data plane: the batch's records are read and decoded by Spark tasks (replicator.decode),
+which also write the change log's files; the fold runs as two Spark stages around one shuffle
+(replicator.fold). The driver receives only the small results (summary counts, barrier events, dead
+letters, type maps, the change-log files to commit) and the net changes, applies them per table (delta-rs
+from the driver, in parallel threads) and records state. docs/performance.md has the phases and costs.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,27 +19,27 @@ import pyarrow.compute as pc
 
 from replicator.apply import DeadRow, TableApplier, TableBatch, TableResult
 from replicator.barriers import declared_keys, plan_barriers, rename_units
-from replicator.changelog import Barrier, TableId, fold, keep, no_changes, seq_texts, split_by_table
+from replicator.changelog import Barrier, TableId, no_changes
 from replicator.config import JobConfig
-from replicator.dialects.base import DecodeOptions, gc_paused
-from replicator.dialects.pool import decode_stream
+from replicator.decode import DecodedBatch, DecodePlan
+from replicator.dialects.base import DecodeOptions
+from replicator.fold import FoldPlan, fold_batch
 from replicator.logging import get_logger
 from replicator.model import BARRIER_OPS, DML_OPS, table_label
 from replicator.phases import advance_all, after_horizon, bulk_load, table_activity
-from replicator.routing import route
 from replicator.sinks import writer_factory
-from replicator.sources import BATCH_RECORDS
+from replicator.sources import batch_inputs
 from replicator.state import DEAD_LETTER_SCHEMA, BatchSummary, State, TableState, now
 from replicator.tombstones import expire_tombstones
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 log = get_logger("replicator.engine")
 
 
 class Phases:
-    """Wall time per phase of a batch (decode, fold, collect, merge, ...), reported in the batch log."""
+    """Wall time per phase of a batch (read+decode, fold, apply, ...), reported in the batch log."""
 
     def __init__(self, started: float | None = None) -> None:
         self.ms: dict[str, int] = {}
@@ -57,6 +57,8 @@ class RecordFailed(RuntimeError):
 
 class Engine:
     def __init__(self, config: JobConfig) -> None:
+        from replicator.schema_changes import barrier_handler
+
         self.config = config
         self.writer = writer_factory(config.target.writer)
         self.state = State(config.state.path, config.name, self.writer)
@@ -65,14 +67,8 @@ class Engine:
             zero_dates=config.source.zero_dates,
             avro_schema=config.source.avro_schema,
         )
-        self.on_barrier = None
+        self.on_barrier = barrier_handler(config)
         self._background = ThreadPoolExecutor(1, thread_name_prefix="changelog")
-        try:  # schema changes arrive with replicator.schema_changes (DDL issue); record-only without it
-            from replicator.schema_changes import barrier_handler
-
-            self.on_barrier = barrier_handler(config)
-        except ImportError:
-            pass
 
     def mirror_path(self, table: TableId) -> Path:
         database, schema, name = table
@@ -81,48 +77,74 @@ class Engine:
 
     # ---- the micro-batch ----------------------------------------------------------------------------------
     def process(self, frame: DataFrame, batch_id: int) -> BatchSummary:
-        """A streaming micro-batch (the source's rows) -> mirrors. One Spark job brings its raw records to
-        the driver (sources.BATCH_RECORDS); everything after that is Arrow and delta-rs."""
+        """A streaming micro-batch (the source's rows: a file listing or Kafka records) -> mirrors."""
         started = time.monotonic()
-        return self._run(BATCH_RECORDS[self.config.source.type](frame), batch_id, started)
+        kind, inputs = batch_inputs(self.config.source.type, frame)
+        return self._run(inputs, kind, batch_id, started)
 
-    def process_records(self, records: pa.Table, batch_id: int) -> BatchSummary:
-        """Raw records (sources.raw_schema) as one micro-batch (bootstrap from message files, tests)."""
-        return self._run([records], batch_id, time.monotonic())
+    def process_records(
+        self, records: pa.Table, batch_id: int, spark: SparkSession | None = None
+    ) -> BatchSummary:
+        """Raw records (sources.raw_schema) made on the driver as one micro-batch (tests, dead-letter
+        retries): handed to Spark as they are, then the same path as a streamed batch."""
+        from replicator import payload
 
-    def _run(self, chunks: Iterable[pa.Table], batch_id: int, started: float) -> BatchSummary:
-        """Read + decode (overlapped, pool.decode_stream) -> route -> keys, barriers, fold -> apply ->
-        state."""
+        spark = spark or _spark()
+        return self._run(payload.frame(spark, [("records", records)]), "records", batch_id, time.monotonic())
+
+    def process_files(
+        self, files: list[tuple[str, int]], batch_id: int, spark: SparkSession | None = None
+    ) -> BatchSummary:
+        """Message files ((uri, mtime ms), as sources.file_list gives them) as one micro-batch (bootstrap)."""
+        from replicator.sources import listing_frame
+
+        spark = spark or _spark()
+        return self._run(listing_frame(spark, files), "files", batch_id, time.monotonic())
+
+    def process_events(
+        self, events: pa.Table, batch_id: int, spark: SparkSession | None = None
+    ) -> BatchSummary:
+        """Already decoded events (the change log, for replay) as one batch; not recorded as a batch."""
+        from replicator import payload
+
+        spark = spark or _spark()
+        return self._run(payload.frame(spark, [("events", events)]), "events", batch_id, None)
+
+    def _run(self, inputs: DataFrame, kind: str, batch_id: int, started: float | None) -> BatchSummary:
         phases = Phases(started)
         source = self.config.source
-        with gc_paused():
-            records, decoded = decode_stream(
-                chunks, source.dialect, self.options, batch_id, source.decode_workers
-            )
-            decoded = route(decoded, self.config.tables.route)
-        phases.lap("read+decode")
-        summary = self._process(records, decoded, batch_id, phases)
-        summary.duration_ms = int((time.monotonic() - started) * 1000)
-        self.state.record_batch(summary)
-        log.info("batch", **dict(summary.__dict__.items()))
+        write_changelog = (
+            self.config.changelog.enabled and kind != "events" and not self.state.done("changelog", batch_id)
+        )
+        plan = DecodePlan(
+            source=kind,
+            dialect=source.dialect,
+            options=self.options,
+            batch_id=batch_id,
+            routes=tuple(self.config.tables.route),
+            changelog=str(self.state.root / "changelog") if write_changelog else None,
+        )
+        batch = DecodedBatch(inputs, plan)
+        try:
+            phases.lap("read+decode")
+            summary = self._process(batch, batch_id, phases)
+        finally:
+            batch.release()
+        if started is not None:
+            summary.duration_ms = int((time.monotonic() - started) * 1000)
+            self.state.record_batch(summary)
+            log.info("batch", **dict(summary.__dict__.items()))
         return summary
 
-    def _process(
-        self, records: pa.Table | None, events: pa.Table, batch_id: int, phases: Phases | None = None
-    ) -> BatchSummary:
-        """Decoded events (Arrow) -> summary, change log, fold, per-table apply, state."""
+    def _process(self, batch: DecodedBatch, batch_id: int, phases: Phases) -> BatchSummary:
+        """The batch's small results -> summary, change-log commit, fold (Spark), per-table apply, state."""
         summary = BatchSummary(batch_id)
-        phases = self.phases = phases or Phases()
-        ok = pc.is_null(events["error"])
-        groups = _groups(events, ok)
+        self.phases = phases
+        groups = batch.groups
         summary.records_in = sum(int(g["records"] or 0) for g in groups)
-        decode_errors = sum(g["n"] for g in groups if not g["ok"])
         summary.filtered = sum(g["n"] for g in groups if g["ok"] and g["op"] == "filtered")
-        if decode_errors:
-            failed = events.filter(pc.invert(ok))
-            dead = _dead_table(
-                failed.select(["dialect", "database", "table", "error", "raw", "coordinates"]), batch_id
-            )
+        if batch.dead.num_rows:
+            dead = _dead_table(batch.dead, batch_id)
             self._fail_on(dead)
             self.state.write_dead_letters(dead, batch_id, ":decode")
             summary.dead_letters += dead.num_rows
@@ -138,12 +160,8 @@ class Engine:
                     tables[table] = key
                 else:
                     tables.setdefault(table, key)
-        events = keep(events, pc.and_(ok, pc.is_in(events["op"], pa.array([*DML_OPS, *BARRIER_OPS]))))
-        events = events.drop_columns(["raw", "error"])
-        if "seq_text" not in events.column_names:  # decoding adds it; replayed change-log events lack it
-            events = events.append_column("seq_text", seq_texts(events["seq"]))
         # Barrier events first: a CREATE declares the key of a table before any of its DML.
-        all_barriers = _barrier_rows(events)
+        all_barriers = batch.barriers
         self.activity = table_activity(groups, all_barriers)  # phases: snapshot rows / incremental per table
         selected, unkeyed, excluded_events, barrier_only = {}, [], 0, []
         for table, key in tables.items():
@@ -158,7 +176,7 @@ class Engine:
             known = registry.get(table)
             key = key or self.config.tables.key_for(name) or list(known.primary_key if known else [])
             own_barriers = [r for r in all_barriers if (r["database"], r["schema"], r["table"]) == table]
-            if not key and self.on_barrier is not None:
+            if not key:
                 key = next((list(k) for r in own_barriers if (k := declared_keys(r))), [])
             if key:
                 selected[table] = key
@@ -171,39 +189,39 @@ class Engine:
         phases.lap("barriers")
 
         changelog = None
-        if self.config.changelog.enabled:
-            # Written by delta-rs (which releases the GIL) while the batch is folded and applied; both
-            # commits carry the batch's app transaction, so either may land first across a crash.
-            batch_ids = pa.repeat(pa.scalar(batch_id, pa.int64()), events.num_rows)
-            changelog = self._background.submit(
-                self.state.append_changelog,
-                events.drop_columns(
-                    [c for c in ("seq_text", "type_key") if c in events.column_names]
-                ).append_column("batch_id", batch_ids),
-                batch_id,
-            )
-        try:  # whatever fails below, the change-log write is waited for before the batch fails
+        if batch.plan.changelog is not None:
+            # The executors wrote the files; one commit with the batch's app transaction adds them, while
+            # the batch is folded and applied (either commit may land first across a crash).
+            changelog = self._background.submit(self.state.commit_changelog, batch.changelog_files, batch_id)
+        try:  # whatever fails below, the change-log commit is waited for before the batch fails
             scope = {*selected, *barrier_only}
             barrier_rows = [r for r in all_barriers if (r["database"], r["schema"], r["table"]) in scope]
             barrier_rows = after_horizon(barrier_rows, registry)  # not at/before a truncate or snapshot point
-            by_table, links = plan_barriers(barrier_rows, self.on_barrier is not None)
+            by_table, links = plan_barriers(barrier_rows, True)
             barriers = [Barrier(table, tuple(r["seq"])) for table, rows in by_table.items() for r in rows]
-            dml = keep(events, pc.is_in(events["op"], pa.array(DML_OPS)))
-            types = _source_types(dml)
-            folded = dict(fold(dml, selected, barriers))
+            dml_tables = {
+                (g["database"], g["schema"], g["table"]) for g in groups if g["ok"] and g["op"] in DML_OPS
+            }
+            plan = FoldPlan(
+                keys=tuple((t, tuple(k)) for t, k in selected.items() if t in dml_tables),
+                barriers=tuple(barriers),
+                buckets=_buckets(batch.frame),
+            )
+            folded = fold_batch(batch.events, plan)
             phases.lap("fold")
 
             dead_rows: list[DeadRow] = []
-            if unkeyed:
-                dead_rows += _unkeyed(dml, unkeyed)
+            unkeyed_dml = [t for t in unkeyed if t in dml_tables]
+            if unkeyed_dml:
+                dead_rows += _unkeyed(batch.select(unkeyed_dml, [*_TABLE, "coordinates"]))
             keys = {**{t: [] for t in barrier_only}, **selected}
-            results = self._apply_tables(folded, by_table, links, types, keys, registry, batch_id)
+            results = self._apply_tables(folded, by_table, links, batch.types, keys, registry, batch_id)
         finally:
             if changelog is not None:
                 wait([changelog])
         phases.lap("apply")
         if changelog is not None:
-            changelog.result()  # a failed change-log write fails the batch (it is retried whole)
+            changelog.result()  # a failed change-log commit fails the batch (it is retried whole)
         for result in results:
             dead_rows.extend(result.dead)
             if not result.skipped:
@@ -221,7 +239,7 @@ class Engine:
                 if result.ignored_values:
                     summary.tables[name]["ignored_values"] = result.ignored_values
         if dead_rows:
-            dead = self._engine_dead_letters(records, dead_rows, batch_id)
+            dead = self._engine_dead_letters(batch, dead_rows, batch_id)
             self.state.write_dead_letters(dead, batch_id, ":apply")
             summary.dead_letters += dead.num_rows
         summary.applied = summary.events - excluded_events - len(dead_rows)
@@ -291,23 +309,13 @@ class Engine:
             bulk=bulk_load(registry.get(table), self.activity.get(table)),
         )
 
-    def _engine_dead_letters(self, records: pa.Table | None, dead: list[DeadRow], batch_id: int) -> pa.Table:
-        """Dead letters of events that failed after decoding, with their raw records (a lookup by
-        coordinates in the batch's records, which are still in memory)."""
+    def _engine_dead_letters(self, batch: DecodedBatch, dead: list[DeadRow], batch_id: int) -> pa.Table:
+        """Dead letters of events that failed after decoding, with their raw records (read again from the
+        source by a Spark job over the records at those coordinates only)."""
         wanted = {
             (d.coordinates["source"], d.coordinates["partition"], d.coordinates["offset"]) for d in dead
         }
-        raw: dict[tuple[Any, ...], bytes] = {}
-        if records is not None and records.num_rows:
-            # Only the records at a wanted offset come to Python (not the whole batch's bytes).
-            offsets = pa.array({o for _s, _p, o in wanted}, records.schema.field("offset").type)
-            near = records.filter(pc.is_in(records["offset"], value_set=offsets, skip_nulls=False))
-            for r, s, p, o in zip(
-                *(near.column(n).to_pylist() for n in ("raw", "source", "partition", "offset")),
-                strict=True,
-            ):
-                if (s, p, o) in wanted:
-                    raw[(s, p, o)] = r
+        raw = batch.raw(wanted)
         rows = pa.Table.from_pylist(
             [
                 {
@@ -379,134 +387,33 @@ def _dead_table(rows: pa.Table, batch_id: int) -> pa.Table:
     )
 
 
-MAP_FIELDS = ("after", "before", "source_types", "meta")
+_TABLE = ["database", "schema", "table"]
 
 
-def _groups(events: pa.Table, ok: pa.Array) -> list[dict[str, Any]]:
-    """The batch summary per (table, op, ok): events, records (first row of each record), longest key."""
-    coords = events["coordinates"].combine_chunks() if events.num_rows else None
-    first = (
-        pc.and_(pc.equal(pc.struct_field(coords, "index"), 0), pc.equal(pc.struct_field(coords, "row"), 0))
-        if coords is not None
-        else pa.array([], pa.bool_())
-    )
-    frame = pa.table(
-        {
-            "database": events["database"],
-            "schema": events["schema"],
-            "table": events["table"],
-            "op": events["op"],
-            "ok": ok,
-            "pk": pc.binary_join(events["primary_key"], "\x1f"),
-            "first": pc.cast(pc.fill_null(first, False), pa.int64()),
-        }
-    )
-    counted = frame.group_by(["database", "schema", "table", "op", "ok", "pk"], use_threads=False).aggregate(
-        [("first", "sum"), ("first", "count")]
-    )
-    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for r in counted.to_pylist():
-        ident = (r["database"], r["schema"], r["table"], r["op"], r["ok"])
-        g = merged.setdefault(
-            ident,
-            {
-                **dict(zip(("database", "schema", "table", "op", "ok"), ident, strict=True)),
-                "n": 0,
-                "records": 0,
-                "primary_key": [],
-            },
-        )
-        g["n"] += r["first_count"]
-        g["records"] += r["first_sum"]
-        key = r["pk"].split("\x1f") if r["pk"] else []
-        if len(key) > len(g["primary_key"]):
-            g["primary_key"] = key
-    return list(merged.values())
-
-
-def _barrier_rows(events: pa.Table) -> list[dict[str, Any]]:
-    """Barrier events as dicts (maps as dicts), in seq order."""
-    barriers = events.filter(
-        pc.and_(pc.is_in(events["op"], pa.array(BARRIER_OPS)), pc.is_valid(events["table"]))
-    )
-    rows = barriers.to_pylist()
-    for r in rows:
-        for name in MAP_FIELDS:
-            if r.get(name) is not None:
-                r[name] = dict(r[name])
-    return sorted(rows, key=lambda r: r["seq_text"])
-
-
-def type_keys(events: pa.Table) -> pa.Array | pa.ChunkedArray:
-    """Per row, its type map as events.type_key_text writes it (the decoder gives it; else read here)."""
-    if "type_key" in events.column_names:
-        return events["type_key"]
-    types = events["source_types"].combine_chunks()
-    # offsets index the map's whole child arrays, as keys/items are (sliced or not)
-    names = pc.binary_join(pa.ListArray.from_arrays(types.offsets, types.keys), "\x1f")
-    values = pc.binary_join(pa.ListArray.from_arrays(types.offsets, pc.fill_null(types.items, "")), "\x1f")
-    return pc.binary_join_element_wise(names, values, "\x1e")
-
-
-def _source_types(dml: pa.Table) -> dict[TableId, dict[str, str]]:
-    """Each table's column types: first-seen column order, the latest type of each column wins.
-
-    A table's type map rarely changes inside a batch: group by the map's text (a few distinct maps per
-    table), then merge them in seq order."""
-    if dml.num_rows == 0:
-        return {}
-    keys = type_keys(dml)  # group_by reads a dictionary column without decoding it
-    frame = pa.table(
-        {
-            "database": dml["database"],
-            "schema": dml["schema"],
-            "table": dml["table"],
-            "type_key": keys,
-            "seq_text": dml["seq_text"],
-        }
-    )
-    rows = (
-        frame.group_by(["database", "schema", "table", "type_key"], use_threads=False)
-        .aggregate([("seq_text", "min"), ("seq_text", "max")])
-        .to_pylist()
-    )
-    by_table: dict[TableId, list[dict[str, Any]]] = {}
-    for r in rows:
-        if r["type_key"] is None:
-            continue
-        names, types = r["type_key"].split("\x1e")
-        r["names"] = names.split("\x1f") if names else []
-        r["types"] = types.split("\x1f") if names else []
-        by_table.setdefault((r["database"], r["schema"], r["table"]), []).append(r)
-    result: dict[TableId, dict[str, str]] = {}
-    for table, maps in by_table.items():
-        merged: dict[str, str] = {}
-        for r in sorted(maps, key=lambda r: r["seq_text_min"]):  # first-seen column order
-            for column in r["names"]:
-                merged.setdefault(column, "")
-        for r in sorted(maps, key=lambda r: r["seq_text_max"]):  # the latest type of each column wins
-            merged.update(zip(r["names"], r["types"], strict=True))
-        result[table] = {c: t for c, t in merged.items() if t}
-    return result
-
-
-def _unkeyed(dml: pa.Table, tables: list[TableId]) -> list[DeadRow]:
+def _unkeyed(rows: pa.Table) -> list[DeadRow]:
     """DML of tables without a known primary key: dead letters asking for tables.keys."""
-    dead: list[DeadRow] = []
-    for table, rows in split_by_table(dml):
-        if table not in tables:
-            continue
-        for coordinates in rows["coordinates"].to_pylist():
-            dead.append(
-                DeadRow(
-                    coordinates,
-                    f"no primary key known for {table[0]}.{table[2]}: the messages carry none; "
-                    "set tables.keys in the job file",
-                    table[0],
-                    table[2],
-                )
-            )
-    return dead
+    return [
+        DeadRow(
+            r["coordinates"],
+            f"no primary key known for {r['database']}.{r['table']}: the messages carry none; "
+            "set tables.keys in the job file",
+            r["database"],
+            r["table"],
+        )
+        for r in rows.to_pylist()
+    ]
+
+
+def _buckets(frame: DataFrame) -> int:
+    """The fold's shuffle partitions: one per executor core (Spark's default parallelism). Not
+    ``spark.sql.shuffle.partitions`` (200 unless set): each partition is a Python task of its own."""
+    return max(1, frame.sparkSession.sparkContext.defaultParallelism)
+
+
+def _spark() -> SparkSession:
+    from replicator.spark import get_spark
+
+    return get_spark()
 
 
 __all__ = ["Engine", "RecordFailed"]

@@ -176,7 +176,7 @@ def replay(
             )
     if seeded:
         engine.state.save_tables(seeded, 0)
-    summary = engine._process(None, events, 0)  # the engine's batch, on already decoded events
+    summary = engine.process_events(events, 0)  # the engine's batch, on already decoded events
     engine.state.record_batch(summary)
     log.info("replayed", target=str(out), as_of=as_of, position=position, tables=sorted(summary.tables))
     return summary

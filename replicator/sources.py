@@ -1,13 +1,14 @@
-"""Sources: Spark readStream builders, and each micro-batch's raw records as one Arrow table.
+"""Sources: Spark readStream builders, and what each micro-batch's decode tasks read.
 
 Spark Structured Streaming owns what a batch is (the file source's file lists, Kafka offset ranges) and the
-checkpoint that makes a restart resume exactly there. The records of a batch are then brought to the
-driver once, as Arrow (model: ``raw`` bytes plus ``source``, ``partition``, ``offset``), for decoding:
+checkpoint that makes a restart resume exactly there. The decode tasks (replicator.decode, on the
+executors) then turn a batch into raw records (model: ``raw`` bytes plus ``source``, ``partition``,
+``offset``):
 
-- files: Spark lists the batch's files; the driver reads each file's bytes (pyarrow's file systems: local,
-  S3, GCS, HDFS, Azure), which measured 10x faster than shipping them through ``binaryFile`` content rows.
-  Paths no pyarrow file system opens fall back to Spark's content column.
-- kafka: key-less ``value`` bytes with topic, partition and offset, straight from Spark's Kafka source.
+- files: Spark lists the batch's files; each task reads its files' bytes with pyarrow's file systems
+  (local, S3, GCS, HDFS, Azure), which measured 10x faster than shipping them through ``binaryFile``
+  content rows. A path no pyarrow file system opens on the executor fails the batch, naming the path.
+- kafka: ``value`` bytes with topic, partition and offset, straight from Spark's Kafka source.
 """
 
 from __future__ import annotations
@@ -15,12 +16,10 @@ from __future__ import annotations
 import base64
 import binascii
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     import numpy as np
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
@@ -33,6 +32,8 @@ if TYPE_CHECKING:
 FILE_GLOB = "*.{json,jsonl,avro,b64}"
 FILE_SUFFIXES = (".json", ".jsonl", ".avro", ".b64")
 BINARY_FILE_SCHEMA = "path STRING, modificationTime TIMESTAMP, length BIGINT, content BINARY"
+# A batch of many small files packs several into one decode task.
+MAX_FILE_TASKS = 64
 
 
 def raw_schema() -> pa.Schema:
@@ -156,22 +157,21 @@ def file_records(files: list[tuple[str, int]]) -> pa.Table:
     return pa.concat_tables(chunks) if chunks else raw_schema().empty_table()
 
 
-def files_batch_records(frame: DataFrame) -> Iterator[pa.Table]:
-    """A files micro-batch (binaryFile rows) -> raw records, one table per file, read as they are
-    consumed (the decoder works on one file while the next is read). One Spark job lists the batch's
-    files (the content column pruned away); the driver reads them, or takes Spark's content where no
-    pyarrow file system opens the path."""
+def listing_frame(spark: SparkSession, files: list[tuple[str, int]]) -> DataFrame:
+    """A batch's files ((uri, mtime ms)) as a DataFrame of one file per task (up to ``MAX_FILE_TASKS``):
+    the executors open and decode them (replicator.decode)."""
+    tasks = max(1, min(len(files), MAX_FILE_TASKS))
+    rows = sorted(files, key=lambda f: (f[1], f[0]))
+    return spark.createDataFrame(spark.sparkContext.parallelize(rows, tasks), "path STRING, mtime BIGINT")
+
+
+def files_inputs(frame: DataFrame) -> DataFrame:
+    """A files micro-batch (binaryFile rows) -> its listing, with the content column pruned away (no
+    file's bytes go through the JVM or the driver). Spark's file partitions are the decode tasks: a file
+    is never split, small files are packed together (``spark.sql.files.maxPartitionBytes``)."""
     from pyspark.sql import functions as F
 
-    listed = frame.select("path", F.unix_millis("modificationTime").alias("mtime")).toArrow().to_pylist()
-    listed.sort(key=lambda r: (r["mtime"], r["path"]))
-    for entry in listed:
-        path, mtime = entry["path"], entry["mtime"]
-        content = read_file(path)
-        if content is None:  # rare: a scheme pyarrow has no file system for
-            [row] = frame.where(F.col("path") == path).select("content").collect()
-            content = bytes(row["content"])
-        yield file_chunk(path, mtime, content)
+    return frame.select("path", F.unix_millis("modificationTime").alias("mtime"))
 
 
 def files_stream(spark: SparkSession, config: JobConfig) -> DataFrame:
@@ -223,22 +223,18 @@ def kafka_options(options: KafkaOptions) -> dict[str, str]:
     return built
 
 
-def kafka_batch_records(frame: DataFrame) -> Iterator[pa.Table]:
-    """A Kafka micro-batch -> raw records. Kafka tombstones (null values, after Debezium deletes) are not
-    records."""
+def kafka_inputs(frame: DataFrame) -> DataFrame:
+    """A Kafka micro-batch as it is (value, key, topic, partition, offset): Spark's Kafka partitions are
+    the decode tasks."""
     from pyspark.sql import functions as F
 
-    table = (
-        frame.where(F.col("value").isNotNull())
-        .select(
-            F.col("value").alias("raw"),
-            F.col("topic").alias("source"),
-            F.col("partition").cast("bigint").alias("partition"),
-            F.col("offset").cast("bigint").alias("offset"),
-        )
-        .toArrow()
+    return frame.select(
+        "value",
+        "key",
+        "topic",
+        F.col("partition").cast("bigint").alias("partition"),
+        F.col("offset").cast("bigint").alias("offset"),
     )
-    yield table.cast(raw_schema())
 
 
 def kafka_stream(spark: SparkSession, config: JobConfig) -> DataFrame:
@@ -253,4 +249,7 @@ def build_stream(spark: SparkSession, config: JobConfig) -> DataFrame:
     return builders[config.source.type](spark, config)
 
 
-BATCH_RECORDS: dict[str, Any] = {"files": files_batch_records, "kafka": kafka_batch_records}
+def batch_inputs(source: str, frame: DataFrame) -> tuple[str, DataFrame]:
+    """A streaming micro-batch -> (decode reader name, the DataFrame the decode tasks read)."""
+    builders = {"files": files_inputs, "kafka": kafka_inputs}
+    return source, builders[source](frame)

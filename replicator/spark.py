@@ -21,10 +21,9 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
-    "spark.driver.memory": "4g",
-    # The engine collects each micro-batch's decoded events as Arrow (replicator.engine): bound a batch
-    # with source.max_files_per_trigger / kafka.max_offsets_per_trigger, not with this.
-    "spark.driver.maxResultSize": "3g",
+    "spark.driver.memory": "2g",  # the JVM caches a batch's decoded events (spilling to disk past this)
+    # Only a batch's net changes and small results reach the driver (replicator.engine).
+    "spark.driver.maxResultSize": "2g",
     "spark.sql.adaptive.enabled": "true",
 }
 # Settings the engine relies on, whatever the deployment says.
@@ -51,9 +50,14 @@ def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> 
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ or active is not None
     if not submitted:
         master = (config.spark.master if config else None) or os.environ.get("REPLICATOR_SPARK_MASTER")
-        builder = builder.master(master or "local[*]")
+        master = master or "local[*]"
+        builder = builder.master(master)
         for key, value in LOCAL_DEFAULTS.items():
             builder = builder.config(key, value)
+        if master.startswith("local"):  # an embedded session listens on loopback only
+            builder = builder.config("spark.driver.host", "127.0.0.1").config(
+                "spark.driver.bindAddress", "127.0.0.1"
+            )
     if config:
         for key, value in config.spark.conf.items():
             builder = builder.config(key, value)

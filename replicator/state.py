@@ -214,20 +214,45 @@ class State:
         self.table("batches").append(pa.Table.from_pylist([row], BATCH_SCHEMA), self.txn(summary.batch_id))
 
     # ---- change log -------------------------------------------------------------------------------------
-    def append_changelog(self, events: pa.Table, batch_id: int) -> None:
-        """Append the batch's decoded events (Arrow) to the change-log table,
-        partitioned by database and table, with the batch's app transaction: a replayed batch adds
-        nothing twice."""
-        from deltalake import CommitProperties, Transaction, write_deltalake
+    def commit_changelog(self, files: pa.Table, batch_id: int) -> None:
+        """Commit the change-log files the decode tasks wrote (replicator.decode.ChangelogFiles) in one
+        Delta transaction with the batch's app transaction: a replayed batch adds nothing twice (its
+        files of a second try are never committed: orphans that ``optimize``'s vacuum removes)."""
+        from urllib.parse import quote
 
-        if self.done("changelog", batch_id) or events.num_rows == 0:
+        from deltalake import CommitProperties, DeltaTable, Schema, Transaction
+        from deltalake.transaction import AddAction, create_table_with_add_actions
+
+        if files.num_rows == 0 or self.done("changelog", batch_id):
             return
-        # One fixed schema (CHANGELOG_SCHEMA: list items named as delta-rs names them), whatever the batch.
-        rows = pa.table([events[f.name].cast(f.type) for f in CHANGELOG_SCHEMA], schema=CHANGELOG_SCHEMA)
-        write_deltalake(
-            str(self.root / "changelog"),
-            rows,
-            mode="append",
-            partition_by=["database", "table"],
-            commit_properties=CommitProperties(app_transactions=[Transaction(self.job, batch_id)]),
-        )
+        adds = [
+            AddAction(
+                path=quote(f["path"], safe="/="),
+                size=f["size"],
+                partition_values={"database": f["database"], "table": f["table"]},
+                modification_time=f["mtime"],
+                data_change=True,
+                stats=json.dumps({"numRecords": f["rows"]}),
+            )
+            for f in files.to_pylist()
+        ]
+        uri = str(self.root / "changelog")
+        props = CommitProperties(app_transactions=[Transaction(self.job, batch_id)])
+        partition_by = ["database", "table"]
+        if DeltaTable.is_deltatable(uri):
+            DeltaTable(uri).create_write_transaction(
+                adds,
+                mode="append",
+                schema=CHANGELOG_SCHEMA,
+                partition_by=partition_by,
+                commit_properties=props,
+            )
+        else:
+            create_table_with_add_actions(
+                uri,
+                Schema.from_arrow(CHANGELOG_SCHEMA),
+                adds,
+                mode="append",
+                partition_by=partition_by,
+                commit_properties=props,
+            )

@@ -92,7 +92,7 @@ HARNESS = textwrap.dedent("""
         setattr(cls, name, hooked)
 
     if point == "changelog":
-        after(State, "append_changelog", lambda self, events, batch_id: batch_id == at)
+        after(State, "commit_changelog", lambda self, files, batch_id: batch_id == at)
     elif point == "between":
         after(DeltaRsWriter, "merge_guarded", lambda self, *a: a[-1] is not None and a[-1].version == at)
     elif point == "alter":

@@ -301,16 +301,16 @@ def test_a_tombstoned_key_in_a_batch_does_not_hold_back_the_other_keys(runner, t
     assert ids(runner.mirror()) == [2, 3]
 
 
-def test_a_batch_large_enough_for_the_decode_workers(spark, tmp_path):
-    """25,000 records (over pool.PARALLEL_FROM) in three files: decoded in two worker processes (whatever
-    the machine's cores), slice by slice, while the driver reads the next file; one bad record among them
-    is a dead letter."""
-    from replicator.dialects.pool import PARALLEL_FROM
+def test_a_batch_of_several_decode_tasks(spark, tmp_path):
+    """25,000 records in three files: three Spark decode tasks (one per file), each decoding slice by
+    slice (decode.SLICE_ROWS) and folding its own events before the shuffle; keys spread over all of
+    them fold to one net change each; one bad record among them is a dead letter."""
+    from replicator.decode import SLICE_ROWS
 
-    runner = Runner(spark, job(tmp_path, source={"decode_workers": 2}))
+    runner = Runner(spark, job(tmp_path))
 
     count = 25_000
-    assert count >= PARALLEL_FROM
+    assert count > SLICE_ROWS
     messages = [canal("INSERT", [order(i, f"n{i}")], es=ES + i) for i in range(count)]
     messages += [
         canal("UPDATE", [order(i, "u")], old=[{"name": f"n{i}"}], es=ES + count + i)

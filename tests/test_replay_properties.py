@@ -93,7 +93,7 @@ def replay_again(config, target: Path, cut: int, batches: list[tuple[int, int | 
             pc.less_equal(events["event_time"], at(min(high or cut, cut))),
         )
         inside = pc.or_kleene(pc.is_null(events["event_time"]), inside)
-        summary = engine._process(None, events.filter(pc.fill_null(inside, False)), batch_id)
+        summary = engine.process_events(events.filter(pc.fill_null(inside, False)), batch_id)
         engine.state.record_batch(summary)
 
 

@@ -1,0 +1,117 @@
+"""Where the CPU goes on a real cluster: a 1M-event catch-up submitted to a standalone master and one
+worker on 127.0.0.1 (started from the pyspark package), CPU seconds of the driver (spark-submit's JVM and
+the Python driver) against the executors (the executor JVM and its Python workers), sampled from /proc.
+
+Not a test; `make bench` runs it and docs/performance.md reports it.
+
+    python benchmarks/cluster_cpu.py [--events 1000000] [--keys 100000] [--per-file 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(REPO))
+from workload import write_files, write_job  # noqa: E402
+
+from tests.cluster import spark_home, standalone  # noqa: E402
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def sample(
+    groups: dict[str, int], seen: dict[str, dict[tuple[int, float], float]], stop: threading.Event
+) -> None:
+    """The last CPU time (user + system) of every process under each group's root, by (pid, start)."""
+    while not stop.is_set():
+        for name, pid in groups.items():
+            for proc in _tree(pid):
+                try:
+                    t = proc.cpu_times()
+                    seen[name][(proc.pid, proc.create_time())] = t.user + t.system
+                except psutil.Error:
+                    pass
+        time.sleep(0.25)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--per-file", type=int, default=100_000)
+    parser.add_argument("--workdir", default=str(REPO / "bench-out" / "cluster_cpu"))
+    args = parser.parse_args()
+    workdir = Path(args.workdir)
+    shutil.rmtree(workdir, ignore_errors=True)
+    write_files(workdir / "landing", args.events, args.keys, args.per_file)
+    job = write_job(workdir, "bench", 0)
+    with standalone(workdir / "cluster") as (url, env):
+        worker = int(env["REPLICATOR_WORKER_PID"])
+        worker_own = sum(psutil.Process(worker).cpu_times()[:2])
+        started = time.monotonic()
+        submit = subprocess.Popen(
+            [
+                str(spark_home() / "bin" / "spark-submit"),
+                "--master",
+                url,
+                "--conf",
+                "spark.executor.memory=4g",
+                "--conf",
+                "spark.driver.memory=2g",
+                str(REPO / "jobs" / "mirror.py"),
+                "--config",
+                str(job),
+                "--available-now",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        seen: dict[str, dict[tuple[int, float], float]] = {"driver": {}, "worker": {}}
+        stop = threading.Event()
+        watcher = threading.Thread(target=sample, args=({"driver": submit.pid, "worker": worker}, seen, stop))
+        watcher.start()
+        out, err = submit.communicate()
+        wall = time.monotonic() - started
+        stop.set()
+        watcher.join()
+        if submit.returncode != 0:
+            raise SystemExit(f"spark-submit failed:\n{err[-4000:]}")
+        worker_key = next(k for k in seen["worker"] if k[0] == worker)
+        executors = sum(seen["worker"].values()) - seen["worker"][worker_key]
+        worker_jvm = seen["worker"][worker_key] - worker_own
+    driver = sum(seen["driver"].values())
+    result = {
+        "events": args.events,
+        "wall_s": round(wall, 1),
+        "driver_cpu_s": round(driver, 1),
+        "executors_cpu_s": round(executors, 1),
+        "executor_share": round(executors / (driver + executors), 3),
+        "worker_daemon_cpu_s": round(worker_jvm, 1),
+        "batches": [json.loads(line) for line in out.splitlines() if '"event": "batch"' in line][:3],
+    }
+    print(json.dumps(result, indent=1))
+    (workdir / "result.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

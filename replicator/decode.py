@@ -1,0 +1,513 @@
+"""Decode on Spark's executors: a batch's source rows -> raw records -> change events (``mapInArrow``).
+
+Each task reads its share of the batch (files it opens itself, or Kafka rows), decodes it with the dialect
+classes in slices, writes the change log's Parquet files for its events, and returns payload rows
+(replicator.payload): the events themselves (kept in Spark's cache for the fold) and the batch's small
+results beside them: summary counts, barrier events, decode dead letters (with their own bytes), type maps
+and the change-log files written. Only the small results are collected by the driver.
+
+Everything here runs in Spark's Python workers: imports stay inside functions or light.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from replicator import payload
+from replicator.dialects.base import DecodeOptions
+from replicator.model import BARRIER_OPS, DML_OPS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from replicator.config import RouteRule
+
+# Records decoded at once: a slice's events stay a few tens of MB in the worker.
+SLICE_ROWS = 20_000
+DEAD_COLUMNS = ("dialect", "database", "table", "error", "raw", "coordinates")
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+# What the fold (and the few lookups after it) read of a DML event.
+FOLD_COLUMNS = (
+    "database",
+    "schema",
+    "table",
+    "op",
+    "primary_key",
+    "after",
+    "before",
+    "seq",
+    "seq_text",
+    "event_time",
+    "position",
+    "meta",
+    "coordinates",
+)
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """What a decode task needs (pickled to the executors with the function)."""
+
+    source: str  # files | kafka | records | events (see READERS)
+    dialect: str
+    options: DecodeOptions
+    batch_id: int
+    routes: tuple[RouteRule, ...] = ()
+    changelog: str | None = None  # the change-log table's folder, when this batch writes it
+    slice_rows: int = SLICE_ROWS
+    wanted: frozenset[tuple[Any, ...]] = field(
+        default_factory=frozenset
+    )  # raw lookups: (source, partition, offset)
+
+
+# ---- raw records of one input batch, per source -----------------------------------------------------------
+
+
+def _slices(table: pa.Table, size: int) -> Iterator[pa.Table]:
+    for start in range(0, table.num_rows, size):
+        yield table.slice(start, size)
+
+
+def _files(batch: pa.RecordBatch, size: int) -> Iterator[pa.Table]:
+    """Listing rows (path, mtime) -> each file's raw records (replicator.sources.file_chunk)."""
+    from replicator.sources import file_chunk, read_file
+
+    for path, mtime in zip(batch.column("path").to_pylist(), batch.column("mtime").to_pylist(), strict=True):
+        content = read_file(path)
+        if content is None:
+            raise OSError(f"cannot read {path}: no pyarrow file system opens it on this executor")
+        yield from _slices(file_chunk(path, mtime, content), size)
+
+
+def _kafka(batch: pa.RecordBatch, size: int) -> Iterator[pa.Table]:
+    """Kafka rows (value, key, topic, partition, offset) -> raw records; null values (tombstones after
+    Debezium deletes) are not records."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from replicator.sources import raw_schema
+
+    table = pa.Table.from_batches([batch])
+    table = table.filter(pc.is_valid(table["value"]))
+    renamed = {"raw": "value", "key": "key", "source": "topic", "partition": "partition", "offset": "offset"}
+    schema = raw_schema()
+    columns = [
+        table[renamed[f.name]].cast(f.type)
+        if renamed[f.name] in table.column_names
+        else pa.nulls(table.num_rows, f.type)
+        for f in schema
+    ]
+    yield from _slices(pa.table(columns, schema=schema), size)
+
+
+def _payloads(batch: pa.RecordBatch, size: int) -> Iterator[pa.Table]:
+    """Payload rows made on the driver (replicator.payload): records, or already decoded events."""
+    for table in payload.tables([batch]):
+        if table.num_rows:
+            yield from _slices(table, size)
+
+
+READERS: dict[str, Callable[[pa.RecordBatch, int], Iterator[pa.Table]]] = {
+    "files": _files,
+    "kafka": _kafka,
+    "records": _payloads,
+    "events": _payloads,
+}
+
+
+# ---- decoding and the batch's small results ----------------------------------------------------------------
+
+
+def decoded_events(plan: DecodePlan, records: pa.Table) -> pa.Table:
+    """One slice of raw records -> its routed events (already decoded slices pass through)."""
+    from replicator.changelog import seq_texts
+    from replicator.dialects.base import decode
+    from replicator.routing import route
+
+    if plan.source == "events":  # replayed change-log events: decoded and routed when first applied
+        if "seq_text" not in records.column_names:
+            records = records.append_column("seq_text", seq_texts(records["seq"]))
+        for name, empty in (("error", "string"), ("raw", "binary")):
+            if name not in records.column_names:
+                import pyarrow as pa
+
+                records = records.append_column(name, pa.nulls(records.num_rows, empty))
+        return records
+    events = decode(records, plan.dialect, plan.options, plan.batch_id, sort_keys=True)
+    return route(events, list(plan.routes))
+
+
+def group_counts(events: pa.Table) -> pa.Table:
+    """Per (table, op, ok, key names): events and records (a record's first event is index 0, row 0)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    coords = events["coordinates"]
+    first = pc.and_(
+        pc.equal(pc.struct_field(coords, "index"), 0), pc.equal(pc.struct_field(coords, "row"), 0)
+    )
+    frame = pa.table(
+        {
+            "database": events["database"],
+            "schema": events["schema"],
+            "table": events["table"],
+            "op": events["op"],
+            "ok": pc.is_null(events["error"]),
+            "pk": pc.binary_join(events["primary_key"], "\x1f"),
+            "first": pc.cast(pc.fill_null(first, False), pa.int64()),
+        }
+    )
+    keys = ["database", "schema", "table", "op", "ok", "pk"]
+    return frame.group_by(keys, use_threads=False).aggregate([("first", "sum"), ("first", "count")])
+
+
+def type_counts(dml: pa.Table) -> pa.Table:
+    """Per (table, type map): the first and last seq that carried it (engine.merge_types merges them)."""
+    import pyarrow as pa
+
+    keys = type_keys(dml)
+    keys = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    frame = pa.table(
+        {
+            "database": dml["database"],
+            "schema": dml["schema"],
+            "table": dml["table"],
+            "type_key": keys.cast(pa.string()),
+            "seq_text": dml["seq_text"],
+        }
+    )
+    return frame.group_by(["database", "schema", "table", "type_key"], use_threads=False).aggregate(
+        [("seq_text", "min"), ("seq_text", "max")]
+    )
+
+
+class ChangelogFiles:
+    """The change log's Parquet files of one task: one open file per (database, table), committed by the
+    driver in one Delta transaction (state.State.commit_changelog)."""
+
+    def __init__(self, root: str, batch_id: int) -> None:
+        from pyarrow import fs
+
+        self.filesystem, self.base = fs.FileSystem.from_uri(_uri(root))
+        self.batch_id = batch_id
+        self.writers: dict[tuple[str | None, str | None], tuple[Any, str, list[int]]] = {}
+
+    def write(self, events: pa.Table) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        from replicator.state import CHANGELOG_SCHEMA
+
+        if events.num_rows == 0:
+            return
+        data_schema = pa.schema([f for f in CHANGELOG_SCHEMA if f.name not in ("database", "table")])
+        ids = pc.binary_join_element_wise(
+            pc.fill_null(events["database"], "\x00"), pc.fill_null(events["table"], "\x00"), "\x1f"
+        )
+        parts = pc.unique(ids).to_pylist()
+        for part in parts:
+            rows = events.filter(pc.equal(ids, part)) if len(parts) > 1 else events
+            database, table = (None if p == "\x00" else p for p in part.split("\x1f"))
+            entry = self.writers.get((database, table))
+            if entry is None:
+                relative = "/".join(
+                    [
+                        f"database={quote(database, safe='') if database is not None else HIVE_NULL}",
+                        f"table={quote(table, safe='') if table is not None else HIVE_NULL}",
+                        f"part-{self.batch_id:06d}-{uuid.uuid4()}.parquet",
+                    ]
+                )
+                self.filesystem.create_dir(os.path.dirname(f"{self.base}/{relative}"), recursive=True)
+                sink = self.filesystem.open_output_stream(f"{self.base}/{relative}")
+                entry = (pq.ParquetWriter(sink, data_schema), relative, [0])
+                self.writers[(database, table)] = entry
+            writer, _relative, count = entry
+            batch_ids = pa.repeat(pa.scalar(self.batch_id, pa.int64()), rows.num_rows)
+            columns = [batch_ids if f.name == "batch_id" else rows[f.name].cast(f.type) for f in data_schema]
+            writer.write_table(pa.table(columns, schema=data_schema))
+            count[0] += rows.num_rows
+
+    def close(self) -> pa.Table:
+        """The files written: relative path, size, partition values, rows (the add actions' facts)."""
+        import pyarrow as pa
+
+        out: dict[str, list[Any]] = {k: [] for k in ("path", "size", "database", "table", "rows", "mtime")}
+        for (database, table), (writer, relative, count) in self.writers.items():
+            writer.close()
+            info = self.filesystem.get_file_info(f"{self.base}/{relative}")
+            out["path"].append(relative)
+            out["size"].append(info.size)
+            out["database"].append(database)
+            out["table"].append(table)
+            out["rows"].append(count[0])
+            out["mtime"].append(int(info.mtime_ns // 1_000_000) if info.mtime_ns else 0)
+        return pa.table(out, schema=CHANGELOG_FILES)
+
+
+def _changelog_files_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("path", pa.string()),
+            ("size", pa.int64()),
+            ("database", pa.string()),
+            ("table", pa.string()),
+            ("rows", pa.int64()),
+            ("mtime", pa.int64()),
+        ]
+    )
+
+
+CHANGELOG_FILES = _changelog_files_schema()
+
+
+def _uri(root: str) -> str:
+    """A folder as a pyarrow file-system URI (plain paths are local)."""
+    if "://" in root or root.startswith("file:"):
+        return root.replace("s3a://", "s3://", 1).replace("s3n://", "s3://", 1)
+    return "file://" + os.path.abspath(root)
+
+
+def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """One task: its input rows -> payload rows (events per slice, then the task's small results)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from replicator.dialects.base import gc_paused
+
+    groups: list[pa.Table] = []
+    types: list[pa.Table] = []
+    barriers: list[pa.Table] = []
+    dead: list[pa.Table] = []
+    changelog = ChangelogFiles(plan.changelog, plan.batch_id) if plan.changelog else None
+    wanted_ops = pa.array([*DML_OPS, *BARRIER_OPS])
+    with gc_paused():
+        for batch in batches:
+            for records in READERS[plan.source](batch, plan.slice_rows):
+                events = decoded_events(plan, records)
+                if events.num_rows == 0:
+                    continue
+                groups.append(group_counts(events))
+                ok = pc.is_null(events["error"])
+                if not pc.all(ok).as_py():
+                    dead.append(events.filter(pc.invert(ok)).select(list(DEAD_COLUMNS)))
+                kept = events.filter(pc.and_(ok, pc.is_in(events["op"], wanted_ops)))
+                kept = kept.drop_columns(["raw", "error"])
+                is_barrier = pc.and_(pc.is_in(kept["op"], pa.array(BARRIER_OPS)), pc.is_valid(kept["table"]))
+                if pc.any(is_barrier).as_py():
+                    rows = kept.filter(is_barrier)
+                    barriers.append(
+                        rows.drop_columns([c for c in ("type_key", "batch_id") if c in rows.column_names])
+                    )
+                dml = kept.filter(pc.is_in(kept["op"], pa.array(DML_OPS)))
+                if dml.num_rows:
+                    types.append(type_counts(dml))
+                if changelog is not None:
+                    changelog.write(kept)
+                if dml.num_rows:
+                    # Cached for the fold: the columns it reads (type maps, DDL text and barrier events
+                    # are in the small results already).
+                    yield from payload.rows([("events", 0, dml.select(list(FOLD_COLUMNS)))])
+    small = [("groups", groups), ("types", types), ("barriers", barriers), ("dead", dead)]
+    yield from payload.rows((kind, 0, payload.concat(parts)) for kind, parts in small if parts)
+    if changelog is not None:
+        yield from payload.rows([("changelog", 0, changelog.close())])
+
+
+def raw_lookup(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The raw records at ``plan.wanted`` coordinates (dead letters of events that failed after decoding)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    offsets = pa.array(sorted({o for _s, _p, o in plan.wanted}), pa.int64())
+    for batch in batches:
+        for records in READERS[plan.source](batch, plan.slice_rows):
+            near = records.filter(pc.is_in(records["offset"], value_set=offsets))
+            if near.num_rows == 0:
+                continue
+            keys = zip(*(near[n].to_pylist() for n in ("source", "partition", "offset")), strict=True)
+            mask = pa.array([k in plan.wanted for k in keys], pa.bool_())
+            if pc.any(mask).as_py():
+                yield from payload.rows([("records", 0, near.filter(mask))])
+
+
+# ---- the driver's half: merging the tasks' small results ---------------------------------------------------
+
+
+def type_keys(events: pa.Table) -> pa.Array | pa.ChunkedArray:
+    """Per row, its type map as events.type_key_text writes it (the decoder gives it; else read here)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if "type_key" in events.column_names:
+        return events["type_key"]
+    types = events["source_types"].combine_chunks()
+    # offsets index the map's whole child arrays, as keys/items are (sliced or not)
+    names = pc.binary_join(pa.ListArray.from_arrays(types.offsets, types.keys), "\x1f")
+    values = pc.binary_join(pa.ListArray.from_arrays(types.offsets, pc.fill_null(types.items, "")), "\x1f")
+    return pc.binary_join_element_wise(names, values, "\x1e")
+
+
+def merge_groups(parts: list[pa.Table]) -> list[dict[str, Any]]:
+    """The tasks' group counts -> the batch summary per (table, op, ok): events, records, longest key."""
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for part in parts:
+        for r in part.to_pylist():
+            ident = (r["database"], r["schema"], r["table"], r["op"], r["ok"])
+            g = merged.setdefault(
+                ident,
+                {
+                    **dict(zip(("database", "schema", "table", "op", "ok"), ident, strict=True)),
+                    "n": 0,
+                    "records": 0,
+                    "primary_key": [],
+                },
+            )
+            g["n"] += r["first_count"]
+            g["records"] += r["first_sum"] or 0
+            key = r["pk"].split("\x1f") if r["pk"] else []
+            if len(key) > len(g["primary_key"]):
+                g["primary_key"] = key
+    return list(merged.values())
+
+
+def merge_types(parts: list[pa.Table]) -> dict[tuple[str, str | None, str], dict[str, str]]:
+    """Each table's column types: first-seen column order, the latest type of each column wins.
+
+    A table's type map rarely changes inside a batch: the tasks count them per distinct map's text (a few
+    per table), merged here in seq order."""
+    by_table: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
+    for part in parts:
+        for r in part.to_pylist():
+            if r["type_key"] is None:
+                continue
+            maps = by_table.setdefault((r["database"], r["schema"], r["table"]), {})
+            seen = maps.get(r["type_key"])
+            if seen is None:
+                maps[r["type_key"]] = dict(r)
+            else:
+                seen["seq_text_min"] = min(seen["seq_text_min"], r["seq_text_min"])
+                seen["seq_text_max"] = max(seen["seq_text_max"], r["seq_text_max"])
+    result: dict[tuple[Any, ...], dict[str, str]] = {}
+    for table, maps in by_table.items():
+        rows = []
+        for text, r in maps.items():
+            names, types = text.split("\x1e")
+            rows.append((r, names.split("\x1f") if names else [], types.split("\x1f") if names else []))
+        merged: dict[str, str] = {}
+        for _r, names, _types in sorted(rows, key=lambda x: x[0]["seq_text_min"]):  # first-seen order
+            for column in names:
+                merged.setdefault(column, "")
+        for _r, names, types in sorted(rows, key=lambda x: x[0]["seq_text_max"]):  # latest type wins
+            merged.update(zip(names, types, strict=True))
+        result[table] = {c: t for c, t in merged.items() if t}
+    return result
+
+
+def barrier_rows(parts: list[pa.Table]) -> list[dict[str, Any]]:
+    """The tasks' barrier events as dicts (maps as dicts), in seq order."""
+    rows = [r for part in parts for r in part.to_pylist()]
+    for r in rows:
+        for name in ("after", "before", "source_types", "meta"):
+            if r.get(name) is not None:
+                r[name] = dict(r[name])
+    return sorted(rows, key=lambda r: r["seq_text"])
+
+
+class DecodedBatch:
+    """A micro-batch decoded by the executors: its events stay in Spark's cache (for the fold and the few
+    lookups after it), its small results are here. One Spark job decodes every record."""
+
+    def __init__(self, inputs: DataFrame, plan: DecodePlan) -> None:
+        from collections import defaultdict
+        from functools import partial
+
+        from pyspark import StorageLevel
+
+        from replicator.dialects.events import decoded_schema
+
+        self.inputs = inputs
+        self.plan = plan
+        self.frame = inputs.mapInArrow(partial(decode_partition, plan), payload.SCHEMA_DDL).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        by_kind: dict[str, list[pa.Table]] = defaultdict(list)
+        for kind, _bucket, table in payload.items(
+            self.frame.where("kind <> 'events'").toArrow().to_batches()
+        ):
+            by_kind[kind].append(table)
+        self.groups = merge_groups(by_kind["groups"])
+        self.types = merge_types(by_kind["types"])
+        self.barriers = barrier_rows(by_kind["barriers"])
+        dead_schema = decoded_schema()
+        self.dead = payload.concat(by_kind["dead"], pa_schema(dead_schema, DEAD_COLUMNS))
+        self.changelog_files = payload.concat(by_kind["changelog"], CHANGELOG_FILES)
+
+    @property
+    def events(self) -> DataFrame:
+        return self.frame.where("kind = 'events'")
+
+    def select(self, tables: Iterable[tuple[str, str | None, str]], columns: list[str]) -> pa.Table:
+        """Some columns of the events of some tables (e.g. the coordinates of DML without a key)."""
+        from functools import partial
+
+        import pyarrow as pa
+
+        frame = self.events.mapInArrow(partial(_select, tuple(tables), tuple(columns)), payload.SCHEMA_DDL)
+        parts = list(payload.tables(frame.toArrow().to_batches()))
+        return pa.concat_tables(parts) if parts else pa.table({c: [] for c in columns})
+
+    def raw(self, wanted: set[tuple[Any, ...]]) -> dict[tuple[Any, ...], bytes]:
+        """The raw records at (source, partition, offset) coordinates, read again from the source."""
+        from dataclasses import replace
+        from functools import partial
+
+        if not wanted:
+            return {}
+        plan = replace(self.plan, wanted=frozenset(wanted), changelog=None)
+        frame = self.inputs.mapInArrow(partial(raw_lookup, plan), payload.SCHEMA_DDL)
+        found: dict[tuple[Any, ...], bytes] = {}
+        for table in payload.tables(frame.toArrow().to_batches()):
+            for r, s, p, o in zip(
+                *(table.column(n).to_pylist() for n in ("raw", "source", "partition", "offset")), strict=True
+            ):
+                found[(s, p, o)] = r
+        return found
+
+    def release(self) -> None:
+        self.frame.unpersist()
+
+
+def pa_schema(schema: pa.Schema, names: Iterable[str]) -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([schema.field(n) for n in names])
+
+
+def _select(
+    tables: tuple[tuple[str, str | None, str], ...],
+    columns: tuple[str, ...],
+    batches: Iterable[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from replicator.model import DML_OPS, table_label
+
+    labels = pa.array([table_label(t) for t in tables], pa.string())
+    for events in payload.tables(batches):
+        ident = pc.binary_join_element_wise(
+            events["database"], events["schema"], events["table"], ".", null_handling="skip"
+        )
+        mask = pc.and_(pc.is_in(ident, value_set=labels), pc.is_in(events["op"], pa.array(DML_OPS)))
+        rows = events.filter(pc.fill_null(mask, False))
+        if rows.num_rows:
+            yield from payload.rows([("selected", 0, rows.select(list(columns)))])

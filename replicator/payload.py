@@ -1,0 +1,88 @@
+"""Arrow tables as Spark rows: ``(kind, bucket, payload)`` where ``payload`` is one Arrow IPC stream.
+
+The stages run on Spark's executors over Arrow (``mapInArrow``) and hand each other whole Arrow tables,
+not one Spark row per event: the JVM schedules, shuffles, caches and transports the bytes, and never
+converts an event's map columns to its own rows and back (measured: that conversion costs more than the
+decoding). A row's ``kind`` says what the table holds (``events``, ``groups``, ``barriers``, ``dead``,
+``types``, ``changelog``, ``folded``, ...), ``bucket`` routes it in a shuffle (the fold's key hash).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+SCHEMA_DDL = "kind STRING, bucket INT, payload BINARY"
+
+
+def to_ipc(table: pa.Table) -> bytes:
+    """Arrow IPC bytes of a table (only the rows of a slice, not the buffers it shares)."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> pa.Table:
+    import pyarrow as pa
+
+    return pa.ipc.open_stream(data).read_all()
+
+
+def rows(items: Iterable[tuple[str, int, pa.Table]]) -> Iterator[pa.RecordBatch]:
+    """``(kind, bucket, table)`` items -> one record batch of payload rows per item."""
+    import pyarrow as pa
+
+    for kind, bucket, table in items:
+        yield pa.RecordBatch.from_pydict(
+            {
+                "kind": pa.array([kind], pa.string()),
+                "bucket": pa.array([bucket], pa.int32()),
+                "payload": pa.array([to_ipc(table)], pa.binary()),
+            }
+        )
+
+
+def tables(batches: Iterable[pa.RecordBatch], kind: str | None = None) -> Iterator[pa.Table]:
+    """The tables inside payload rows (all of them, or those of one kind)."""
+    for batch in batches:
+        kinds = batch.column("kind").to_pylist()
+        for k, data in zip(kinds, batch.column("payload").to_pylist(), strict=True):
+            if kind is None or k == kind:
+                yield from_ipc(data)
+
+
+def concat(parts: list[pa.Table], schema: pa.Schema | None = None) -> pa.Table:
+    """Payload tables of one kind as one table (an empty table of ``schema`` when there are none)."""
+    import pyarrow as pa
+
+    if not parts:
+        assert schema is not None
+        return schema.empty_table()
+    return pa.concat_tables(parts, promote_options="permissive").unify_dictionaries()
+
+
+def items(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, int, pa.Table]]:
+    """``(kind, bucket, table)`` of every payload row."""
+    for batch in batches:
+        columns = (batch.column(n).to_pylist() for n in ("kind", "bucket", "payload"))
+        for kind, bucket, data in zip(*columns, strict=True):
+            yield kind, bucket, from_ipc(data)
+
+
+def frame(spark: SparkSession, parts: Iterable[tuple[str, pa.Table]], slice_rows: int = 20_000) -> DataFrame:
+    """Arrow tables made on the driver (records for a batch, replayed events) as payload rows."""
+    import pyarrow as pa
+
+    data = []
+    for kind, table in parts:
+        for start in range(0, max(table.num_rows, 1), slice_rows):
+            data.append((kind, 0, to_ipc(table.slice(start, slice_rows))))
+    return spark.createDataFrame(data or [("none", 0, to_ipc(pa.table({})))], SCHEMA_DDL)

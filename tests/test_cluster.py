@@ -1,0 +1,117 @@
+"""A real multi-process Spark cluster on 127.0.0.1: a standalone master and one worker started from the
+pyspark package, the mirror job submitted to it with ``spark-submit`` (and run by the ``replicator``
+command with ``REPLICATOR_SPARK_MASTER``). Decoding and folding run in the worker's executor processes;
+the mirror must equal the one a local run makes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.cluster import spark_home, standalone
+from tests.helpers import canal, delta_table, order, write_jsonl
+
+REPO = Path(__file__).resolve().parent.parent
+ES = 1_700_000_000_000
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """``spark://127.0.0.1:<port>`` of a master with one 2-core worker; both stopped by PID after."""
+    with standalone(tmp_path_factory.mktemp("cluster")) as started:
+        yield started
+
+
+def _job(tmp: Path, name: str, landing: Path) -> Path:
+    data = {
+        "name": name,
+        "source": {"type": "files", "path": str(landing), "dialect": "canal-json"},
+        "target": {"path": str(tmp / name / "lake")},
+        "state": {"path": str(tmp / name / "state")},
+    }
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _landing(tmp: Path) -> Path:
+    """Three files (three decode tasks), keys spread over them, updates and deletes across files."""
+    landing = tmp / "landing"
+    messages = [canal("INSERT", [order(i, f"n{i}")], es=ES + i) for i in range(300)]
+    messages += [
+        canal("UPDATE", [order(i, "u")], old=[{"name": f"n{i}"}], es=ES + 1000 + i) for i in range(0, 300, 3)
+    ]
+    messages += [canal("DELETE", [order(i, "u")], es=ES + 2000 + i) for i in range(0, 300, 7)]
+    for n, start in enumerate(range(0, len(messages), 150)):
+        write_jsonl(landing / f"part-{n}.jsonl", messages[start : start + 150])
+    return landing
+
+
+def _mirror(tmp: Path, name: str) -> list[dict]:
+    data = delta_table(tmp / name / "lake" / "shop" / "orders")
+    return sorted(data.to_pylist(), key=lambda r: r["id"])
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
+    assert done.returncode == 0, done.stderr[-5000:]
+
+
+def test_a_cluster_mirrors_what_a_local_run_mirrors(cluster, tmp_path):
+    url, env = cluster
+    landing = _landing(tmp_path)
+    local_env = {**env, "REPLICATOR_SPARK_MASTER": "local[2]"}
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "replicator.cli",
+            "mirror",
+            "--config",
+            str(_job(tmp_path, "local", landing)),
+            "--available-now",
+        ],
+        local_env,
+    )
+    expected = _mirror(tmp_path, "local")
+    assert len(expected) == 300 - len(range(0, 300, 7))
+
+    submit = str(spark_home() / "bin" / "spark-submit")
+    _run(
+        [
+            submit,
+            "--master",
+            url,
+            "--conf",
+            "spark.executor.memory=1g",
+            str(REPO / "jobs" / "mirror.py"),
+            "--config",
+            str(_job(tmp_path, "submitted", landing)),
+            "--available-now",
+        ],
+        env,
+    )
+    assert _mirror(tmp_path, "submitted") == expected
+
+    cluster_env = {**env, "REPLICATOR_SPARK_MASTER": url}
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "replicator.cli",
+            "mirror",
+            "--config",
+            str(_job(tmp_path, "command", landing)),
+            "--available-now",
+        ],
+        cluster_env,
+    )
+    assert _mirror(tmp_path, "command") == expected
+    # Both cluster runs were applications of the worker: it started an executor for each.
+    apps = sorted((Path(env["SPARK_WORKER_DIR"])).glob("app-*/*/stderr"))
+    assert len(apps) >= 2, apps
