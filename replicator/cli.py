@@ -117,7 +117,14 @@ def _optimize(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from replicator.status import print_status
 
-    return _exit_now(print_status(load_config(args.config), as_json=args.json, last_batches=args.batches))
+    if args.html:
+        from replicator.report import write_report
+
+        path = write_report(load_config(args.config), args.html, last_batches=args.batches or 500)
+        print(f"wrote {path}")
+        return _exit_now(0)
+    config = load_config(args.config)
+    return _exit_now(print_status(config, as_json=args.json, last_batches=args.batches or 10))
 
 
 def _dead_letters(args: argparse.Namespace) -> int:
@@ -189,7 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="tables, phases, positions, dead letters, recent batches")
     status.add_argument("--config", required=True)
     status.add_argument("--json", action="store_true")
-    status.add_argument("--batches", type=int, default=10, help="how many recent micro-batches to show")
+    status.add_argument(
+        "--batches", type=int, default=None, help="how many recent micro-batches to show (10; --html: 500)"
+    )
+    status.add_argument("--html", default=None, metavar="FILE", help="write a self-contained HTML report")
     status.set_defaults(func=_status)
 
     dead = sub.add_parser(
