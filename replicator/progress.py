@@ -10,7 +10,9 @@ the JSON batch log is all there is.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 
 def _local(uri: str) -> str:
     parsed = urlparse(uri)
-    return str(Path(unquote(parsed.path))) if parsed.scheme in ("", "file") else uri
+    return os.path.abspath(unquote(parsed.path)) if parsed.scheme in ("", "file") else uri
 
 
 def checkpoint_files(checkpoint: str | Path) -> set[str]:
@@ -64,7 +66,8 @@ def listed_files(root: str | Path) -> list[Path]:
 def pending_files(config: JobConfig, checkpoint: str | Path) -> int:
     """Files a catch-up will read: listed under ``source.path``, not in the checkpoint's log."""
     seen = checkpoint_files(checkpoint)
-    return sum(1 for p in listed_files(config.source.path) if str(p.resolve()) not in seen)
+    # absolute, symbolic links kept: the paths as Spark's file index names them
+    return sum(1 for p in listed_files(config.source.path) if os.path.abspath(p) not in seen)
 
 
 def _offsets(value: Any) -> int:
@@ -77,6 +80,30 @@ def _offsets(value: Any) -> int:
     if not isinstance(value, dict):
         return 0
     return sum(int(o) for parts in value.values() if isinstance(parts, dict) for o in parts.values())
+
+
+def _columns(stream: IO[str]) -> int:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return 0
+
+
+class _AboveTheBar:
+    """``sys.stderr`` while a bar is shown on it: the batch log lines (logging.py writes to the current
+    ``sys.stderr``) are printed above the bar instead of through it."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        from tqdm import tqdm
+
+        with tqdm.external_write_mode(file=self.stream):
+            return self.stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding, ...
+        return getattr(self.stream, name)
 
 
 class CatchUp:
@@ -94,9 +121,21 @@ class CatchUp:
         self._seen: set[int] = set()
         self._start: int | None = None  # Kafka: the offsets the catch-up started from
         self._t0 = time.monotonic()
+        width = _columns(stream) if self.enabled else None
         self.bar = tqdm(
-            total=total, unit=unit, desc="catch-up", file=stream, disable=not self.enabled, dynamic_ncols=True
+            total=total,
+            unit=unit,
+            desc="catch-up",
+            file=stream,
+            disable=not self.enabled,
+            dynamic_ncols=bool(width),
+            # a terminal that says it has 0 columns and rows (a fresh pty) hides the bar: give it a size
+            ncols=None if width else 100,
+            nrows=None if width else 20,
         )
+        self._stderr: IO[str] | None = None
+        if self.enabled and stream is sys.stderr:
+            self._stderr, sys.stderr = sys.stderr, _AboveTheBar(stream)  # type: ignore[assignment]
 
     def add_events(self, n: int) -> None:
         """A batch's events (from its summary); the bar shows events/s at its next update."""
@@ -127,6 +166,8 @@ class CatchUp:
         return max(end - start, 0)
 
     def close(self) -> None:
+        if self._stderr is not None:
+            sys.stderr, self._stderr = self._stderr, None
         self.bar.close()
 
 

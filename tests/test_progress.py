@@ -49,7 +49,7 @@ def test_bar_total_is_the_files_listed_and_it_ends_there(spark, tmp_path):
     assert "5/5" in out.getvalue() and "events/s" in out.getvalue()
     # the checkpoint's file log now names every listed file: a second catch-up starts from the rest
     assert checkpoint_files(first.engine.state.checkpoint) == {
-        str(p.resolve()) for p in listed_files(config.source.path)
+        os.path.abspath(p) for p in listed_files(config.source.path)
     }
 
     landing(tmp_path, ["f.jsonl", "g.jsonl"], start=10)
@@ -135,6 +135,7 @@ def test_cli_shows_the_bar_on_a_pseudo_terminal_only(tmp_path):
     assert proc.wait(timeout=300) == 0, seen[-3000:]
     os.close(leader)
     assert b"catch-up" in seen and b"3/3" in seen, seen[-3000:]
+    assert b"[info     ] batch" in seen  # the batch log is still shown (above the bar)
 
     landing(tmp_path, ["d.jsonl"], start=10)
     piped = subprocess.run(
