@@ -111,12 +111,21 @@ def test_retry_keeps_newer_values_and_a_failing_record_stays_a_dead_letter(spark
     keyed = config(tmp_path, keys=True)
     newer = Runner(spark, keyed)
     newer.batch_id = runner.batch_id
-    newer.messages(tmp_path, [debezium("u", item(1, "new"), pos=50, before=item(1, "old"))])
+    newer.messages(
+        tmp_path,
+        [
+            debezium("u", item(1, "new"), pos=50, before=item(1, "old")),
+            debezium("d", item(2, "old"), pos=60, before=item(2, "old")),
+            debezium("c", item(3, "third"), pos=70),
+        ],
+    )
 
     first = retry(keyed, table="shop.*")  # the undecodable record has no table: not selected
     assert (first.selected, first.applied, first.dead_letters) == (2, 2, 0)
     names = dict(mirror_frame(spark, tmp_path).collect())
-    assert names == {"1": "new", "2": "old"}  # the retried insert (pos 1) is older than the update (pos 50)
+    # the retried inserts (pos 1, 2) are older than the update (pos 50) and the delete (pos 60, a
+    # tombstone): neither overwrites nor resurrects
+    assert names == {"1": "new", "3": "third"}
 
     second = retry(keyed)  # the bad JSON fails again: a new dead letter of the retry batch
     assert second.batch_id == RETRY_BATCH_BASE + 2
