@@ -1,4 +1,4 @@
-"""The ``replicator`` command: mirror, bootstrap, replay, optimize, decode, status, show."""
+"""The ``replicator`` command: mirror, bootstrap, replay, optimize, decode, status, dead-letters, show."""
 
 from __future__ import annotations
 
@@ -117,7 +117,25 @@ def _optimize(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from replicator.status import print_status
 
-    return _exit_now(print_status(load_config(args.config), as_json=args.json, last_batches=args.batches))
+    if args.html:
+        from replicator.report import write_report
+
+        path = write_report(load_config(args.config), args.html, last_batches=args.batches or 500)
+        print(f"wrote {path}")
+        return _exit_now(0)
+    config = load_config(args.config)
+    return _exit_now(print_status(config, as_json=args.json, last_batches=args.batches or 10))
+
+
+def _dead_letters(args: argparse.Namespace) -> int:
+    from replicator.deadletters import print_retry, print_summary
+
+    if not getattr(args, "config", None):
+        raise ConfigError("dead-letters: --config is required")
+    config = load_config(args.config)
+    if args.action == "retry":
+        return _exit_now(print_retry(config, table=args.table, error=args.error, batch=args.batch))
+    return _exit_now(print_summary(config, as_json=args.json))
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -178,8 +196,25 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="tables, phases, positions, dead letters, recent batches")
     status.add_argument("--config", required=True)
     status.add_argument("--json", action="store_true")
-    status.add_argument("--batches", type=int, default=10, help="how many recent micro-batches to show")
+    status.add_argument(
+        "--batches", type=int, default=None, help="how many recent micro-batches to show (10; --html: 500)"
+    )
+    status.add_argument("--html", default=None, metavar="FILE", help="write a self-contained HTML report")
     status.set_defaults(func=_status)
+
+    dead = sub.add_parser(
+        "dead-letters", help="dead letters by table and error; `retry` re-drives them (docs/operations.md)"
+    )
+    dead.add_argument("--config", help="job file (YAML)")
+    dead.add_argument("--json", action="store_true")
+    dead.set_defaults(func=_dead_letters, action=None)
+    dead_sub = dead.add_subparsers(dest="action")
+    again = dead_sub.add_parser("retry", help="re-drive pending dead letters through the engine, once")
+    # SUPPRESS: `dead-letters --config F retry` keeps F (a sub-parser default would overwrite it)
+    again.add_argument("--config", default=argparse.SUPPRESS, help="job file (YAML)")
+    again.add_argument("--table", default=None, help="glob on database.table")
+    again.add_argument("--error", default=None, help="only dead letters whose error contains this text")
+    again.add_argument("--batch", type=int, default=None, help="only dead letters of this batch")
 
     show = sub.add_parser("show", help="print mirror tables (rows ordered by primary key)")
     show.add_argument("--config", required=True)

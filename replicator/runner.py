@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from replicator.config import JobConfig
 from replicator.logging import get_logger
@@ -31,18 +31,23 @@ class MirrorJob:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.error: BaseException | None = None
+        self.progress = None  # progress.CatchUp of an --available-now run (a bar on a terminal)
 
     def _batch(self, frame: DataFrame, batch_id: int) -> None:
         with self._lock:
             if self._stop.is_set():
                 raise InterruptedError("stopping: the batch is left for the next run")
             try:
-                self.engine.process(frame, batch_id)
+                summary = self.engine.process(frame, batch_id)
             except BaseException as exc:  # Spark wraps it; keep the original for the caller
                 self.error = exc
                 raise
+            if self.progress is not None:
+                self.progress.add_events(summary.events)
 
-    def run(self, available_now: bool = False) -> int:
+    def run(self, available_now: bool = False, progress_stream: IO[str] | None = None) -> int:
+        """``progress_stream``: where a catch-up's bar goes (stderr), shown only if it is a terminal."""
+        from replicator.progress import catch_up, poll
         from replicator.sources import build_stream
 
         stream = build_stream(self.spark, self.config)
@@ -53,6 +58,7 @@ class MirrorJob:
         )
         if available_now:
             writer = writer.trigger(availableNow=True)
+            self.progress = catch_up(self.config, self.engine.state.checkpoint, progress_stream)
         else:
             seconds = self.config.trigger.interval.total_seconds()
             writer = writer.trigger(processingTime=f"{max(seconds, 0.1)} seconds")
@@ -72,11 +78,17 @@ class MirrorJob:
                         query.stop()
                     break
                 query.awaitTermination(0.5)
+                if self.progress is not None and self.progress.enabled:
+                    self.progress.update(poll(query))
+            if self.progress is not None and self.progress.enabled:
+                self.progress.update(poll(query))
             exc = query.exception()
             if exc is not None and not self._stop.is_set():
                 raise self.error if self.error is not None else exc
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            if self.progress is not None:
+                self.progress.close()
         log.info("mirror stopped", job=self.config.name)
         return 0

@@ -19,7 +19,12 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
     dead_total = 0
     dead = state.table("dead_letters")
     if dead.exists():
-        for row in dead.read(["database", "table"]).to_pylist():
+        from replicator.deadletters import IDENTITY, read_marks
+
+        retried = read_marks(state)  # re-driven by `dead-letters retry`: no longer pending
+        for row in dead.read(["database", "table", *IDENTITY]).to_pylist():
+            if tuple(row[k] for k in IDENTITY) in retried:
+                continue
             dead_total += 1
             name = ".".join(p for p in (row["database"], row["table"]) if p) or "(undecodable)"
             dead_by_table[name] = dead_by_table.get(name, 0) + 1

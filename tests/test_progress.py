@@ -1,0 +1,145 @@
+"""The catch-up progress bar of ``mirror --available-now``: its total is the files listed at the start, it
+ends there, and nothing is printed when stderr is not a terminal."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from replicator.progress import CatchUp, checkpoint_files, listed_files
+from replicator.runner import MirrorJob
+from tests.helpers import canal, job, order, write_jsonl
+
+ES = 1_700_000_000_000
+REPO = Path(__file__).resolve().parent.parent
+
+
+class Terminal(io.StringIO):
+    """A stream that says it is a terminal (what tqdm writes is kept for the test)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def landing(tmp_path: Path, names: list[str], start: int) -> None:
+    for i, name in enumerate(names):
+        write_jsonl(tmp_path / "landing" / name, [canal("INSERT", [order(start + i)], es=ES + start + i)])
+
+
+def test_bar_total_is_the_files_listed_and_it_ends_there(spark, tmp_path):
+    config = job(tmp_path, source={"max_files_per_trigger": 2})
+    landing(tmp_path, ["a.jsonl", "b.jsonl", "sub/c.jsonl", "sub/d.jsonl", "e.jsonl"], start=1)
+    assert len(listed_files(config.source.path)) == 5
+
+    first = MirrorJob(config, spark)
+    out = Terminal()
+    first.run(available_now=True, progress_stream=out)
+    assert (first.progress.bar.total, first.progress.bar.n) == (5, 5)
+    assert first.progress.events == 5
+    assert "5/5" in out.getvalue() and "events/s" in out.getvalue()
+    # the checkpoint's file log now names every listed file: a second catch-up starts from the rest
+    assert checkpoint_files(first.engine.state.checkpoint) == {
+        os.path.abspath(p) for p in listed_files(config.source.path)
+    }
+
+    landing(tmp_path, ["f.jsonl", "g.jsonl"], start=10)
+    second = MirrorJob(config, spark)
+    out = Terminal()
+    second.run(available_now=True, progress_stream=out)
+    assert (second.progress.bar.total, second.progress.bar.n) == (2, 2)
+    assert "2/2" in out.getvalue()
+
+
+def test_nothing_is_printed_when_not_a_terminal(spark, tmp_path):
+    config = job(tmp_path)
+    landing(tmp_path, ["a.jsonl", "b.jsonl"], start=1)
+    out = io.StringIO()
+    mirror = MirrorJob(config, spark)
+    mirror.run(available_now=True, progress_stream=out)
+    assert out.getvalue() == ""
+    assert not mirror.progress.enabled and mirror.progress.events == 2
+
+
+def test_kafka_totals_come_from_the_first_batch_progress():
+    """Kafka progress entries as Spark reports them (startOffset/endOffset/latestOffset per partition)."""
+    bar = CatchUp(None, "offset", Terminal(), kafka=True)
+    bar.update(
+        [
+            {
+                "batchId": 0,
+                "sources": [
+                    {
+                        "startOffset": {"t": {"0": 100, "1": 0}},
+                        "endOffset": {"t": {"0": 150, "1": 20}},
+                        "latestOffset": {"t": {"0": 200, "1": 100}},
+                    }
+                ],
+            }
+        ]
+    )
+    assert (bar.bar.total, bar.bar.n) == (200, 70)
+    batch = {
+        "batchId": 1,
+        "sources": [
+            {
+                "startOffset": '{"t": {"0": 150, "1": 20}}',
+                "endOffset": '{"t": {"0": 200, "1": 100}}',
+                "latestOffset": '{"t": {"0": 260, "1": 100}}',
+            }
+        ],
+    }
+    bar.update([batch, batch])  # an entry seen twice counts once
+    assert (bar.bar.total, bar.bar.n) == (200, 200)
+
+
+JOB = """
+name: tty-job
+source: {type: files, path: landing, dialect: canal-json}
+target: {path: lake}
+state: {path: state}
+"""
+
+
+@pytest.mark.slow
+def test_cli_shows_the_bar_on_a_pseudo_terminal_only(tmp_path):
+    (tmp_path / "job.yaml").write_text(textwrap.dedent(JOB), encoding="utf-8")
+    landing(tmp_path, ["a.jsonl", "b.jsonl", "c.jsonl"], start=1)
+    command = [sys.executable, "-m", "replicator.cli", "mirror", "--config", str(tmp_path / "job.yaml")]
+    env = {**os.environ, "REPLICATOR_SPARK_MASTER": "local[2]"}
+    leader, follower = pty.openpty()
+    # a terminal of 120 columns (a new pseudo-terminal says 0, where a bar has no room)
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    proc = subprocess.Popen(
+        [*command, "--available-now"], stdout=subprocess.DEVNULL, stderr=follower, env=env, cwd=REPO
+    )
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closes when the process ends
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert proc.wait(timeout=300) == 0, seen[-3000:]
+    os.close(leader)
+    assert b"catch-up" in seen and b"3/3" in seen, seen[-3000:]
+    assert b"[info     ] batch" in seen  # the batch log is still shown (above the bar)
+
+    landing(tmp_path, ["d.jsonl"], start=10)
+    piped = subprocess.run(
+        [*command, "--available-now"], capture_output=True, text=True, env=env, cwd=REPO, timeout=300
+    )
+    assert piped.returncode == 0, piped.stderr[-3000:]
+    assert "catch-up" not in piped.stderr and "1/1" not in piped.stderr

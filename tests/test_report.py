@@ -1,0 +1,114 @@
+"""``replicator status --html``: the page, opened in headless chromium, shows a lag and a throughput chart
+per table (found by their colours in the screenshot), the recent batches and the dead letters by error."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from replicator.report import PALETTE, collect_report, write_report
+from tests.helpers import Runner, canal, cli, job, order
+
+ES = 1_700_000_000_000
+
+
+def chromium() -> str:
+    found = next((shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)), None)
+    if found is None:
+        message = "chromium is not installed (apt-get install chromium; .ci/run installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def screenshot(page: Path, png: Path) -> None:
+    result = subprocess.run(
+        [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--user-data-dir={png.parent / 'chromium-profile'}",
+            "--window-size=1200,1400",
+            f"--screenshot={png}",
+            page.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert png.exists(), result.stderr[-3000:]
+
+
+def colour_pixels(png: Path, colour: str) -> int:
+    """Pixels within a small distance of ``colour`` (#rrggbb): anti-aliasing blends only the edges."""
+    import numpy as np
+    from PIL import Image
+
+    image = np.asarray(Image.open(png).convert("RGB"), dtype=np.int32)
+    target = np.array([int(colour[i : i + 2], 16) for i in (1, 3, 5)], dtype=np.int32)
+    return int((np.abs(image - target).sum(axis=2) <= 30).sum())
+
+
+def mirror_some_batches(spark, tmp_path: Path):
+    runner = Runner(spark, job(tmp_path))
+    for b in range(4):
+        runner.messages(
+            tmp_path,
+            [
+                canal("INSERT", [order(10 * b + i) for i in range(1, 4)], es=ES + 1000 * b),
+                canal("INSERT", [order(10 * b + 1)], es=ES + 1000 * b + 1, table="customers"),
+            ],
+        )
+    runner.messages(tmp_path, ["not json at all"])
+    return runner.config
+
+
+def test_report_charts_render_in_headless_chromium(spark, tmp_path):
+    config = mirror_some_batches(spark, tmp_path)
+    report = collect_report(config)
+    assert sorted(report["throughput"]) == ["shop.customers", "shop.orders"]
+    assert [len(report["lag"][t]) for t in ("shop.customers", "shop.orders")] == [4, 4]
+    assert report["dead_letters"]["pending"] == 1
+
+    page = write_report(config, tmp_path / "report.html")
+    text = page.read_text(encoding="utf-8")
+    assert not re.search(r"<script|https?://(?!www\.w3\.org/2000/svg)", text)  # self-contained
+    assert "not json at all" in text and "Recent batches" in text
+    charts = re.findall(r"data-table='([^']+)' data-kind='(\w+)' data-color='(#[0-9a-f]{6})'", text)
+    assert [(t, k) for t, k, _c in charts] == [
+        ("shop.customers", "lag"),
+        ("shop.customers", "throughput"),
+        ("shop.orders", "lag"),
+        ("shop.orders", "throughput"),
+    ]
+
+    png = tmp_path / "report.png"
+    screenshot(page, png)
+    for table, kind, colour in charts:
+        assert colour_pixels(png, colour) > 300, f"the {kind} chart of {table} did not render"
+    unused = [c for c in PALETTE if c not in {c for _t, _k, c in charts}]
+    assert colour_pixels(png, unused[0]) < 20  # the count tells a drawn chart from none
+
+
+@pytest.mark.slow
+def test_cli_status_html(spark, tmp_path):
+    mirror_some_batches(spark, tmp_path)
+    (tmp_path / "job.yaml").write_text(
+        "name: test-job\nsource: {type: files, path: landing, dialect: canal-json}\n"
+        "target: {path: lake}\nstate: {path: state}\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "out" / "report.html"
+    out.parent.mkdir()
+    done = cli("status", "--config", str(tmp_path / "job.yaml"), "--html", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == f"wrote {out}"
+    assert out.read_text(encoding="utf-8").count("<svg") == 4
