@@ -437,7 +437,7 @@ class DecodedBatch:
         self.inputs = inputs
         self.plan = plan
         self.frame = inputs.mapInArrow(partial(decode_partition, plan), payload.SCHEMA_DDL).persist(
-            StorageLevel.MEMORY_AND_DISK
+            StorageLevel.DISK_ONLY
         )
         by_kind: dict[str, list[pa.Table]] = defaultdict(list)
         for kind, _bucket, table in payload.items(
