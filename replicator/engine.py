@@ -315,8 +315,11 @@ class Engine:
                     "database": d.database,
                     "table": d.table,
                     "error": d.error,
-                    "raw": raw.get(
-                        (d.coordinates["source"], d.coordinates["partition"], d.coordinates["offset"])
+                    "raw": _own_bytes(
+                        raw.get(
+                            (d.coordinates["source"], d.coordinates["partition"], d.coordinates["offset"])
+                        ),
+                        d.coordinates["index"],
                     ),
                     "coordinates": d.coordinates,
                 }
@@ -341,6 +344,13 @@ class Engine:
                 f"record {c['source']}:{c['offset']} (message {c['index']}, row {c['row']}) of "
                 f"{d.database}.{d.table}: {d.error}  [on_error: fail]"
             )
+
+
+def _own_bytes(record: bytes | None, index: int | None) -> bytes | None:
+    """A dead letter's bytes: its element's, cut from an array document (issue 14), else the record."""
+    from replicator.dialects.arrays import element_bytes
+
+    return None if record is None else element_bytes(record, index or 0)
 
 
 def _dead_table(rows: pa.Table, batch_id: int) -> pa.Table:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from replicator.dialects.arrays import Document, Element
 from replicator.dialects.events import At, Events
 from replicator.dialects.jsontext import Inexact, loads, loads_exact
 
@@ -163,8 +164,14 @@ class Decoder:
             if not document:
                 out.filtered(at, None)  # an empty array document holds no message
                 return
+            # Each element's At carries a lazy cut of its own bytes (a dead letter's raw is the element,
+            # not the document), and the document is parsed exactly at most once (arrays.Document).
+            whole = Document(raw)
             for index, message in enumerate(document):
-                self._message(message, At(at.batch_id, at.source, at.partition, at.offset, index, raw), out)
+                element = Element(whole, index)
+                self._message(
+                    message, At(at.batch_id, at.source, at.partition, at.offset, index, element), out
+                )  # type: ignore[arg-type]
         else:
             self._message(document, at, out)
 
@@ -193,8 +200,11 @@ class Decoder:
                     dialect.decode(message, at, out)
                 except Inexact:
                     out.rollback(mark)
-                    exact = loads_exact(bytes(raw))  # type: ignore[arg-type]
-                    dialect.decode(exact[at.index] if type(exact) is list else exact, at, out)
+                    if type(raw) is Element:  # an element of an array document: its document's exact parse
+                        exact = raw.document.exact(raw.index)
+                    else:
+                        exact = loads_exact(bytes(raw))  # type: ignore[arg-type]
+                    dialect.decode(exact, at, out)
         except Exception as exc:  # a shape the dialect did not foresee: a dead letter, not a crash
             out.rollback(mark)
             out.fail(at, dialect.name, f"cannot decode the message ({type(exc).__name__}: {exc})")
