@@ -12,6 +12,7 @@ import argparse
 import json
 import time
 
+import orjson
 import pyarrow as pa
 
 from replicator.dialects.base import decode
@@ -19,11 +20,16 @@ from replicator.sources import raw_schema
 
 
 def debezium(i: int) -> str:
-    return (
-        '{"before":null,"after":{"id":%d,"name":"n%d","weight":3.140000104904175},"source":{"connector":'
-        '"mysql","db":"inventory","table":"products","file":"mysql-bin.000003","pos":%d,"row":0},'
-        '"op":"c","ts_ms":1589355606100}' % (i, i, 154 + i)
-    )
+    source = {"connector": "mysql", "db": "inventory", "table": "products", "file": "mysql-bin.000003"}
+    after = {
+        "id": i,
+        "name": f"n{i}",
+        "weight": orjson.Fragment("3.140000104904175"),
+    }  # the number as written
+    source |= {"pos": 154 + i, "row": 0}
+    return orjson.dumps(
+        {"before": None, "after": after, "source": source, "op": "c", "ts_ms": 1589355606100}
+    ).decode()
 
 
 def raw_records(values: list, source: str = "file:/m.jsonl") -> pa.Table:
@@ -44,7 +50,7 @@ def main() -> None:
     n = parser.parse_args().messages
     messages = [debezium(i) for i in range(n)]
     document = ("[" + ",".join(messages) + "]").encode()
-    bad = ("[" + ",".join('{"op":"x","n":%d}' % i for i in range(n)) + "]").encode()
+    bad = ("[" + ",".join(json.dumps({"op": "x", "n": i}) for i in range(n)) + "]").encode()
     result = {
         "messages": n,
         "document_mb": round(len(document) / 2**20, 1),

@@ -84,11 +84,11 @@ class Document:
     """One array document's raw bytes, with each element's span and exact value computed on first need
     (once per document)."""
 
-    __slots__ = ("raw", "_found")
+    __slots__ = ("_found", "raw")
 
     def __init__(self, raw: bytes) -> None:
         self.raw = raw
-        self._found: tuple[list[tuple[int, int]], list[Any]] | None | bool = False
+        self._found: tuple[list[tuple[int, int]], list[Any]] | bool | None = False
 
     def _get(self) -> tuple[list[tuple[int, int]], list[Any]] | None:
         if self._found is False:

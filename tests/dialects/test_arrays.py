@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,11 +16,12 @@ from tests.dialects.golden import raw_records
 
 def debezium(i: int, weight: str = "3.140000104904175") -> str:
     """A Debezium message with a fractional number (the exact parse's case), as text."""
-    return (
-        '{"before":null,"after":{"id":%d,"name":"n%d","weight":%s},"source":{"connector":"mysql",'
-        '"db":"inventory","table":"products","file":"mysql-bin.000003","pos":%d,"row":0},'
-        '"op":"c","ts_ms":1589355606100}' % (i, i, weight, 154 + i)
-    )
+    source = {"connector": "mysql", "db": "inventory", "table": "products", "file": "mysql-bin.000003"}
+    after = {"id": i, "name": f"n{i}", "weight": orjson.Fragment(weight)}  # the number as written
+    source |= {"pos": 154 + i, "row": 0}
+    return orjson.dumps(
+        {"before": None, "after": after, "source": source, "op": "c", "ts_ms": 1589355606100}
+    ).decode()
 
 
 def test_a_document_is_parsed_once_however_many_messages_it_holds(monkeypatch):
