@@ -35,7 +35,7 @@ def debezium(i: int) -> str:
 def raw_records(values: list, source: str = "file:/m.jsonl") -> pa.Table:
     raws = [v.encode() if isinstance(v, str) else v for v in values]
     n = len(raws)
-    return pa.table([raws, [source] * n, [0] * n, list(range(1, n + 1))], schema=raw_schema())
+    return pa.table([raws, [None] * n, [source] * n, [0] * n, list(range(1, n + 1))], schema=raw_schema())
 
 
 def rate(records, count: int) -> float:  # type: ignore[no-untyped-def]

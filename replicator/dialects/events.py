@@ -73,6 +73,7 @@ class At:
     offset: int | None
     index: int
     raw: bytes | SupportsBytes | None
+    key: bytes | None = None  # the Kafka record key (where Debezium puts the primary key); None for files
 
 
 class Events:
