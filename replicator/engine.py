@@ -21,6 +21,7 @@ from replicator.apply import DeadRow, TableApplier, TableBatch, TableResult
 from replicator.barriers import declared_keys, plan_barriers, rename_units
 from replicator.changelog import Barrier, TableId, fold, keep, no_changes, seq_texts, split_by_table
 from replicator.config import JobConfig
+from replicator.declared_types import with_declared_types
 from replicator.dialects.base import DecodeOptions, gc_paused
 from replicator.dialects.pool import decode_stream
 from replicator.logging import get_logger
@@ -189,7 +190,7 @@ class Engine:
             by_table, links = plan_barriers(barrier_rows, self.on_barrier is not None)
             barriers = [Barrier(table, tuple(r["seq"])) for table, rows in by_table.items() for r in rows]
             dml = keep(events, pc.is_in(events["op"], pa.array(DML_OPS)))
-            types = _source_types(dml)
+            types = with_declared_types(_source_types(dml), selected, self.config.tables)  # tables.types
             folded = dict(fold(dml, selected, barriers))
             phases.lap("fold")
 
