@@ -19,7 +19,16 @@ import pyarrow.compute as pc
 
 from replicator.apply import DeadRow, TableApplier, TableBatch, TableResult
 from replicator.barriers import declared_keys, plan_barriers, rename_units
-from replicator.changelog import Barrier, TableId, fold, keep, no_changes, seq_texts, split_by_table
+from replicator.changelog import (
+    Barrier,
+    TableId,
+    fold,
+    keep,
+    no_changes,
+    seq_system,
+    seq_texts,
+    split_by_table,
+)
 from replicator.config import JobConfig
 from replicator.declared_types import with_declared_types
 from replicator.dialects.base import DecodeOptions, gc_paused
@@ -188,7 +197,11 @@ class Engine:
             barrier_rows = [r for r in all_barriers if (r["database"], r["schema"], r["table"]) in scope]
             barrier_rows = after_horizon(barrier_rows, registry)  # not at/before a truncate or snapshot point
             by_table, links = plan_barriers(barrier_rows, self.on_barrier is not None)
-            barriers = [Barrier(table, tuple(r["seq"])) for table, rows in by_table.items() for r in rows]
+            barriers = [
+                Barrier(table, tuple(r["seq"]), seq_system(r))
+                for table, rows in by_table.items()
+                for r in rows
+            ]
             dml = keep(events, pc.is_in(events["op"], pa.array(DML_OPS)))
             types = with_declared_types(_source_types(dml), selected, self.config.tables)  # tables.types
             folded = dict(fold(dml, selected, barriers))

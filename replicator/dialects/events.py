@@ -15,6 +15,10 @@ from typing import TYPE_CHECKING, Any, SupportsBytes
 if TYPE_CHECKING:
     import pyarrow as pa
 
+# meta key naming the coordinate system of an event's seq order part, where a dialect writes two systems
+# (CKafka: format-one DML by binlog file+pos, canal-shaped DDL by es+id); absent: the dialect's usual one.
+# Events of one table in different systems are ordered by delivery (changelog._segments).
+SEQ_SYSTEM = "seq_system"
 Image = dict[str, str | None]  # a row image or a type map: column -> canonical text (None: SQL NULL)
 
 
