@@ -79,3 +79,23 @@ def test_create_then_format_one_dml_gives_a_typed_mirror(spark, tmp_path):
         mirror = delta_table(tmp_path / "lake" / "shop" / table)
         assert {f.name: f.type for f in mirror.schema} == TYPED, table
         assert runner.mirror(table=table) == EXPECTED, table
+
+
+def test_fold_orders_a_barrier_and_dml_of_other_systems_by_delivery():
+    """changelog.fold, no engine: DML delivered after a barrier of another coordinate system falls in the
+    segment after it although its seq's order part is smaller; DML of the barrier's own system is still
+    compared by seq."""
+    from replicator.changelog import Barrier, fold, seq_texts
+    from replicator.dialects.base import decode
+    from tests.dialects.golden import raw_records
+
+    lines = [create("orders"), *messages("orders")[1:3]]
+    events = decode(raw_records(lines), "ckafka")
+    events = events.append_column("seq_text", seq_texts(events["seq"]))
+    ddl, dml = events.slice(0, 1).to_pylist()[0], events.slice(1)
+    assert ddl["seq"][:2] > dml["seq"][0].as_py()[:2]  # by its own numbers the DDL is the newest
+    table = ("shop", None, "orders")
+    [(_, folded)] = fold(dml, {table: ["id"]}, [Barrier(table, tuple(ddl["seq"]))])
+    assert folded["segment"].to_pylist() == [1, 1]  # delivered after the CREATE
+    [(_, same_system)] = fold(dml, {table: ["id"]}, [Barrier(table, tuple(ddl["seq"]), "binlog-file-pos")])
+    assert same_system["segment"].to_pylist() == [0, 0]  # compared by seq: before it
