@@ -7,6 +7,7 @@ import datetime as dt
 from decimal import Decimal
 
 import pyarrow as pa
+import pytest
 
 from tests.helpers import Runner, delta_table, job, write_jsonl
 
@@ -99,3 +100,31 @@ def test_fold_orders_a_barrier_and_dml_of_other_systems_by_delivery():
     assert folded["segment"].to_pylist() == [1, 1]  # delivered after the CREATE
     [(_, same_system)] = fold(dml, {table: ["id"]}, [Barrier(table, tuple(ddl["seq"]), "binlog-file-pos")])
     assert same_system["segment"].to_pylist() == [0, 0]  # compared by seq: before it
+
+
+@pytest.mark.parametrize("policy", ["lenient", "evolve"])
+def test_a_mirror_untyped_for_lack_of_types_takes_the_types_a_later_create_declares(spark, tmp_path, policy):
+    """Format-one DML before any DDL makes string columns (no message typed them); the CREATE delivered in
+    a later batch retypes them, values cast; a value that does not fit becomes NULL and a dead letter
+    naming the column."""
+    config = job(
+        tmp_path,
+        source={"dialect": "ckafka"},
+        tables={"keys": {"shop.orders": ["id"]}},
+        schema_evolution=policy,
+    )
+    runner = Runner(spark, config)
+    first = messages("orders")[1:]
+    first.append(format_one("orders", "I", 600, row(9, "not-a-number", "z")))
+    runner.messages(tmp_path, first)
+    assert {
+        f.name: f.type for f in delta_table(tmp_path / "lake" / "shop" / "orders").schema
+    } == dict.fromkeys(TYPED, pa.string())
+    runner.messages(tmp_path, [create("orders"), format_one("orders", "I", 700, row(4, "4.00", "d"))])
+    mirror = delta_table(tmp_path / "lake" / "shop" / "orders")
+    assert {f.name: f.type for f in mirror.schema} == TYPED
+    four = {"id": 4, "amount": Decimal("4.00"), "created": dt.datetime(2024, 1, 4, 3, 4, 5), "note": "d"}
+    nine = {"id": 9, "amount": None, "created": dt.datetime(2024, 1, 9, 3, 4, 5), "note": "z"}
+    assert runner.mirror() == [EXPECTED[0], EXPECTED[1], four, nine]
+    [dead] = runner.dead_letters()
+    assert "'amount'" in dead["error"] and "not-a-number" in dead["error"]
