@@ -34,6 +34,14 @@ CDC_FIELDS = [
 TOMBSTONE_DELETED_AT = "_cdc_deleted_at"
 
 
+UNTYPED = {"replicator.untyped": "true"}  # field metadata of a column typed string for lack of a type
+
+
+def is_untyped(column: pa.Field) -> bool:
+    metadata = column.metadata or {}
+    return metadata.get(b"replicator.untyped") == b"true" and pa.types.is_string(column.type)
+
+
 @dataclass
 class DeadRow:
     """An event that could not be applied; the engine fetches its raw record by coordinates."""
@@ -126,7 +134,10 @@ class TableApplier:
                     column=name,
                     source_type=self.work.types.get(name),
                 )
-            fields.append(pa.field(name, ctype.arrow, nullable=name not in key))
+            # A string column only because no message declared a type (CKafka format one): marked, so that a
+            # later CREATE / ALTER declaring its type retypes it (schema_changes.change_type).
+            untyped = UNTYPED if name not in self.work.types else None
+            fields.append(pa.field(name, ctype.arrow, nullable=name not in key, metadata=untyped))
         if not self.mirror.exists():
             self.mirror.create(pa.schema([*fields, *CDC_FIELDS]))
             return

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replicator.dialects.events import decoded_schema
+from replicator.dialects.events import SEQ_SYSTEM, decoded_schema
 from replicator.model import DML_OPS, SEQ_WIDTH, seq_text
 
 TableId = tuple[str, str | None, str]  # database, schema, table
@@ -28,10 +28,23 @@ PATCH_META = "mongo_update"
 IMAGE_TYPE = pa.map_(pa.string(), pa.string())
 
 
+# Every seq ends with the delivery coordinates: batch id, partition (or file mtime), offset (or line),
+# message index, row (events.Events.row).
+DELIVERY_PARTS = 5
+DELIVERY_CHARS = DELIVERY_PARTS * (SEQ_WIDTH + 1) - 1  # their text at the end of seq_text
+
+
 @dataclass(frozen=True)
 class Barrier:
     table: TableId
     seq: tuple[int, ...]
+    system: str | None = None  # meta.seq_system of the barrier event
+
+
+def seq_system(event: Mapping[str, object]) -> str | None:
+    """The coordinate system an event (a dict, maps as dicts) states for its seq, or None."""
+    meta = event.get("meta")
+    return meta.get(SEQ_SYSTEM) if isinstance(meta, Mapping) else None
 
 
 def seq_texts(seq: pa.ChunkedArray | pa.Array) -> pa.Array:
@@ -100,12 +113,27 @@ def _constant(value: bool | int, n: int) -> pa.Array:
     return pa.array(np.full(n, value, dtype=np.int32))
 
 
-def _segments(rows: pa.Table, seqs: Sequence[tuple[int, ...]]) -> pa.Array:
-    """How many of the table's barriers in this batch precede each event."""
+def _segments(
+    rows: pa.Table, seqs: Sequence[tuple[int, ...]], systems: Sequence[str | None] | None = None
+) -> pa.Array:
+    """How many of the table's barriers in this batch precede each event: by seq when the event and the
+    barrier state the same coordinate system (``systems``, meta.seq_system), else by delivery order (the
+    coordinates every seq ends with)."""
     segment = _constant(0, rows.num_rows)
-    for s in seqs:
-        later = pc.cast(pc.greater(rows["seq_text"], seq_text(list(s))), pa.int32())
-        segment = pc.add(segment, later)
+    row_systems = delivered = None
+    for i, s in enumerate(seqs):
+        text = seq_text(list(s))
+        later = pc.greater(rows["seq_text"], text)
+        if "meta" in rows.column_names:
+            if row_systems is None:
+                row_systems = pc.fill_null(pc.map_lookup(rows["meta"], SEQ_SYSTEM, "first"), "")
+            differs = pc.not_equal(row_systems, (systems[i] if systems else None) or "")
+            if pc.any(differs).as_py():
+                if delivered is None:
+                    delivered = pc.utf8_slice_codeunits(rows["seq_text"], -DELIVERY_CHARS)
+                by_delivery = pc.greater(delivered, text[-DELIVERY_CHARS:])
+                later = pc.if_else(differs, by_delivery, later)
+        segment = pc.add(segment, pc.cast(later, pa.int32()))
     return segment
 
 
@@ -141,14 +169,20 @@ def _seq_sort_keys(
     return {f"_s{j}": pa.array(flat[:, j]) for j in varying} or {"_s0": pa.array(flat[:, 0])}
 
 
-def fold_table(rows: pa.Table, key: Sequence[str], barriers: Sequence[tuple[int, ...]]) -> pa.Table:
+def fold_table(
+    rows: pa.Table,
+    key: Sequence[str],
+    barriers: Sequence[tuple[int, ...]],
+    systems: Sequence[str | None] | None = None,
+) -> pa.Table:
     """One table's DML events (one primary key) -> its net changes, in the columns apply.py reads.
+    ``systems``: each barrier's meta.seq_system (see :func:`_segments`).
 
     Only small columns are sorted (segment, key values, seq text); the row images are gathered once, for
     the winning event of each key."""
     rows = keep(rows, pc.is_in(rows["op"], pa.array(DML_OPS)))
     n = rows.num_rows
-    segment = _segments(rows, barriers)
+    segment = _segments(rows, barriers, systems)
     op = rows["op"].combine_chunks()
     is_delete = pc.equal(op, "delete")
     # Map columns stay chunked (one chunk per decoded slice): combining them costs more than every lookup
@@ -208,9 +242,10 @@ def fold_table(rows: pa.Table, key: Sequence[str], barriers: Sequence[tuple[int,
         keys=_key_list([last[k].combine_chunks() for k in key_names]),
         op=pc.if_else(extra, pa.scalar("delete"), op.take(at)),
         image=pc.if_else(use_before, before.take(at), after.take(at)),
-        rows=rows.select(["primary_key", "seq", "seq_text", "event_time", "position", "coordinates"]).take(
-            at
-        ),
+        rows=rows.select(
+            ["primary_key", "seq", "seq_text", "event_time", "position", "coordinates"]
+            + (["meta"] if "meta" in rows.column_names else [])
+        ).take(at),
     )
 
 
@@ -228,6 +263,8 @@ def _folded(segment: pa.Array, keys: pa.Array, op: pa.Array, image: pa.Array, ro
             "event_time": rows["event_time"],
             "position": rows["position"],
             "coordinates": rows["coordinates"],
+            # the winner's meta: its seq_system orders it against barriers when folded again (fold.py)
+            "meta": rows["meta"] if "meta" in rows.column_names else pa.nulls(n, IMAGE_TYPE),
             "patches": pa.nulls(n, pa.list_(pa.string())),
             "has_patches": _constant(False, n),
             "base_op": pa.nulls(n, pa.string()),
@@ -353,24 +390,23 @@ def fold(
 ) -> Iterable[tuple[TableId, pa.Table]]:
     """The batch's DML events -> per table, one row per (segment, key); tables without a key are skipped."""
     by_table: dict[TableId, list[tuple[int, ...]]] = {}
+    systems: dict[TableId, list[str | None]] = {}
     for barrier in barriers:
         by_table.setdefault(barrier.table, []).append(barrier.seq)
+        systems.setdefault(barrier.table, []).append(barrier.system)
     for table, rows in split_by_table(events):
         key = keys.get(table)
         if not key:
             continue
         rows = _with_key(rows, key)
+        own, own_systems = by_table.get(table, []), systems.get(table)
         # A message may name another key than the table's (rare): each key is folded on its own.
         distinct = pc.unique(pc.binary_join(rows["primary_key"], "\x1f")).to_pylist()
         if len(distinct) <= 1:
-            yield (
-                table,
-                fold_table(rows, list(rows["primary_key"][0].as_py() or key), by_table.get(table, [])),
-            )
+            yield table, fold_table(rows, list(rows["primary_key"][0].as_py() or key), own, own_systems)
             continue
         joined = pc.binary_join(rows["primary_key"], "\x1f")
         parts = [
-            fold_table(rows.filter(pc.equal(joined, d)), d.split("\x1f"), by_table.get(table, []))
-            for d in distinct
+            fold_table(rows.filter(pc.equal(joined, d)), d.split("\x1f"), own, own_systems) for d in distinct
         ]
         yield table, pa.concat_tables(parts)

@@ -162,6 +162,24 @@ class TablesConfig(_Model):
         description="glob on database.table -> primary key columns, for formats whose messages carry none",
     )
     route: list[RouteRule] = Field(default_factory=list, description="source table regexes -> one mirror")
+    types: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description=(
+            "glob on database.table -> column -> source type text as in DDL (decimal(12,2)), for columns "
+            "whose messages declare no type or only a bare one (docs/configuration.md)"
+        ),
+    )
+
+    @field_validator("types")
+    @classmethod
+    def _known_types(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        from replicator.types import column_type
+
+        for pattern, columns in value.items():
+            for column, source_type in columns.items():
+                if not column_type(source_type).known:
+                    raise ValueError(f"{pattern}.{column}: unknown source type {source_type!r}")
+        return value
 
     def routed_target(self, name: str) -> bool:
         return any(rule.to == name for rule in self.route)
@@ -172,6 +190,15 @@ class TablesConfig(_Model):
         return any(fnmatchcase(name, p) for p in self.include) and not any(
             fnmatchcase(name, p) for p in self.exclude
         )
+
+    def types_for(self, name: str) -> dict[str, str]:
+        """The declared column types of ``database.table``: the first matching glob's."""
+        from fnmatch import fnmatchcase
+
+        for pattern, columns in self.types.items():
+            if fnmatchcase(name, pattern):
+                return columns
+        return {}
 
     def key_for(self, name: str) -> list[str] | None:
         from fnmatch import fnmatchcase

@@ -19,8 +19,9 @@ import pyarrow.compute as pc
 
 from replicator.apply import DeadRow, TableApplier, TableBatch, TableResult
 from replicator.barriers import declared_keys, plan_barriers, rename_units
-from replicator.changelog import Barrier, TableId, no_changes
+from replicator.changelog import Barrier, TableId, no_changes, seq_system
 from replicator.config import JobConfig
+from replicator.declared_types import with_declared_types
 from replicator.decode import DecodedBatch, DecodePlan
 from replicator.dialects.base import DecodeOptions
 from replicator.fold import FoldPlan, fold_batch
@@ -198,7 +199,12 @@ class Engine:
             barrier_rows = [r for r in all_barriers if (r["database"], r["schema"], r["table"]) in scope]
             barrier_rows = after_horizon(barrier_rows, registry)  # not at/before a truncate or snapshot point
             by_table, links = plan_barriers(barrier_rows, True)
-            barriers = [Barrier(table, tuple(r["seq"])) for table, rows in by_table.items() for r in rows]
+            barriers = [
+                Barrier(table, tuple(r["seq"]), seq_system(r))
+                for table, rows in by_table.items()
+                for r in rows
+            ]
+            types = with_declared_types(batch.types, selected, self.config.tables)  # tables.types
             dml_tables = {
                 (g["database"], g["schema"], g["table"]) for g in groups if g["ok"] and g["op"] in DML_OPS
             }
@@ -215,7 +221,7 @@ class Engine:
             if unkeyed_dml:
                 dead_rows += _unkeyed(batch.select(unkeyed_dml, [*_TABLE, "coordinates"]))
             keys = {**{t: [] for t in barrier_only}, **selected}
-            results = self._apply_tables(folded, by_table, links, batch.types, keys, registry, batch_id)
+            results = self._apply_tables(folded, by_table, links, types, keys, registry, batch_id)
         finally:
             if changelog is not None:
                 wait([changelog])
@@ -323,8 +329,11 @@ class Engine:
                     "database": d.database,
                     "table": d.table,
                     "error": d.error,
-                    "raw": raw.get(
-                        (d.coordinates["source"], d.coordinates["partition"], d.coordinates["offset"])
+                    "raw": _own_bytes(
+                        raw.get(
+                            (d.coordinates["source"], d.coordinates["partition"], d.coordinates["offset"])
+                        ),
+                        d.coordinates["index"],
                     ),
                     "coordinates": d.coordinates,
                 }
@@ -349,6 +358,13 @@ class Engine:
                 f"record {c['source']}:{c['offset']} (message {c['index']}, row {c['row']}) of "
                 f"{d.database}.{d.table}: {d.error}  [on_error: fail]"
             )
+
+
+def _own_bytes(record: bytes | None, index: int | None) -> bytes | None:
+    """A dead letter's bytes: its element's, cut from an array document (issue 14), else the record."""
+    from replicator.dialects.arrays import element_bytes
+
+    return None if record is None else element_bytes(record, index or 0)
 
 
 def _dead_table(rows: pa.Table, batch_id: int) -> pa.Table:

@@ -99,7 +99,7 @@ def _as_events(table: TableId, folded: pa.Table) -> pa.Table:
             "seq_text": folded["seq_text"],
             "event_time": folded["event_time"],
             "position": folded["position"],
-            "meta": nothing,
+            "meta": folded["meta"],  # keeps meta.seq_system (changelog._segments)
             "coordinates": folded["coordinates"],
         }
     )

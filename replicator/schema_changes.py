@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from replicator import ddl
-from replicator.apply import CDC_FIELDS, DeadRow
+from replicator.apply import CDC_FIELDS, DeadRow, is_untyped
 from replicator.barriers import resolve_ref
 from replicator.config import JobConfig, SchemaPolicy
 from replicator.engine import RecordFailed
@@ -32,7 +32,7 @@ from replicator.model import table_label
 from replicator.routing import META_DATABASE, META_TABLE, SOURCE_COLUMNS, SOURCE_DATABASE, SOURCE_TABLE
 from replicator.sinks.base import quote
 from replicator.state import TableState
-from replicator.types import column_type
+from replicator.types import column_type, parse_values
 
 if TYPE_CHECKING:
     from replicator.apply import TableApplier
@@ -159,6 +159,9 @@ def change_type(ctx: Context, name: str, source_type: str) -> None:
         return
     if current.type == target:
         return
+    if is_untyped(current):
+        retype_untyped(ctx, current, source_type, target)
+        return
     if ctx.policy == "lenient" and not lossless(current.type, target):
         log.warning(
             "type change kept: not lossless; values that do not fit become dead letters",
@@ -180,6 +183,46 @@ def change_type(ctx: Context, name: str, source_type: str) -> None:
         return data.set_column(index, current.with_type(target), column)
 
     rewrite(ctx, cast)
+
+
+def retype_untyped(ctx: Context, current: pa.Field, source_type: str, target: pa.DataType) -> None:
+    """A string column only because no message declared its type (apply.UNTYPED) takes the type a DDL
+    now declares, under lenient and evolve alike: its values are parsed strictly (types.parse_values);
+    a value that does not fit becomes NULL and a dead letter naming the column, the row's key and the
+    value (the row came from an earlier batch, so there is no raw record to attach)."""
+    name = current.name
+    key = ctx.applier.table_state.primary_key
+    dead: list[DeadRow] = []
+
+    def cast(data: pa.Table) -> pa.Table:
+        index = data.schema.get_field_index(name)
+        values = data.column(index).combine_chunks()
+        typed, errors = parse_values(
+            values, target, timezone=ctx.config.source.timezone, zero_dates=ctx.config.source.zero_dates
+        )
+        if errors and name in key:
+            raise SchemaApplyError(f"key column {name!r}: stored values do not fit {source_type}")
+        for error in errors:
+            row = {k: data.column(k)[error.row].as_py() for k in key}
+            dead.append(
+                DeadRow(
+                    coordinates={
+                        "source": None,
+                        "partition": None,
+                        "offset": None,
+                        "index": None,
+                        "row": None,
+                    },
+                    error=f"column {name!r}: stored value of row {row} set to NULL: {error.message} "
+                    f"(declared {source_type} by a DDL at {ctx.seq_text})",
+                    database=ctx.table[0],
+                    table=ctx.table[2],
+                )
+            )
+        return data.set_column(index, pa.field(name, target, nullable=current.nullable), typed)
+
+    rewrite(ctx, cast)
+    ctx.applier.result.dead.extend(dead)
 
 
 def reconcile(ctx: Context, columns: tuple[ddl.Column, ...], key: tuple[str, ...], exact: bool) -> None:

@@ -159,12 +159,13 @@ def test_sigterm_stops_cleanly_after_the_current_batch(tmp_path):
     assert [r["id"] for r in delta_rows(tmp_path / "lake" / "shop" / "orders")] == [1]
 
 
-def test_dts_avro_job_without_its_schema_file_stops_before_any_batch(spark, tmp_path):
+def test_dts_avro_job_with_an_unreadable_schema_file_stops_before_any_batch(spark, tmp_path):
+    """No schema file is needed (the layout is declared in the project), but a named one must be read."""
     from replicator.config import load_config
     from replicator.runner import MirrorJob
 
     path = job_file(tmp_path)
-    path.write_text(path.read_text().replace("canal-json", "dts-avro"))
+    path.write_text(path.read_text().replace("canal-json", "dts-avro, avro_schema: no-such.avsc"))
     config = load_config(path)
     with pytest.raises(ValueError, match=r"source\.avro_schema"):
         MirrorJob(config, spark)

@@ -21,13 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from replicator.dialects.arrays import Document, Element
 from replicator.dialects.events import At, Events
 from replicator.dialects.jsontext import Inexact, loads, loads_exact
+from replicator.dialects.record_keys import keys_from_record_key
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 _REGISTRY: dict[str, type[Dialect]] = {}
+# A raw record as the decoder reads it: (raw, source, partition, offset, Kafka key)
+RawTuple = tuple[bytes | None, str | None, int | None, int | None, bytes | None]
 
 NOT_UTF8 = "not valid UTF-8"
 NOT_JSON = "not JSON: the record does not parse as a JSON document"
@@ -136,15 +140,13 @@ class Decoder:
             self.fixed.check()
             self.candidates = []
 
-    def records(
-        self, records: Iterable[tuple[bytes | None, str | None, int | None, int | None]], batch_id: int
-    ):  # type: ignore[no-untyped-def]
-        """Decode (raw, source, partition, offset) tuples; returns the Events builder."""
+    def records(self, records: Iterable[RawTuple], batch_id: int):  # type: ignore[no-untyped-def]
+        """Decode (raw, source, partition, offset, key) tuples; returns the Events builder."""
         out = Events()
         fixed = self.fixed
         binary = fixed is not None and fixed.binary
-        for raw, source, partition, offset in records:
-            at = At(batch_id, source, partition, offset, 0, raw)
+        for raw, source, partition, offset, key in records:
+            at = At(batch_id, source, partition, offset, 0, raw, key)
             if binary:
                 self._guarded(fixed, None, at, out)  # type: ignore[arg-type]
             else:
@@ -163,8 +165,13 @@ class Decoder:
             if not document:
                 out.filtered(at, None)  # an empty array document holds no message
                 return
+            # Each element's At carries a lazy cut of its own bytes (a dead letter's raw is the element,
+            # not the document), and the document is parsed exactly at most once (arrays.Document).
+            whole = Document(raw)
             for index, message in enumerate(document):
-                self._message(message, At(at.batch_id, at.source, at.partition, at.offset, index, raw), out)
+                element = Element(whole, index)  # type: ignore[arg-type]
+                where = At(at.batch_id, at.source, at.partition, at.offset, index, element, at.key)
+                self._message(message, where, out)
         else:
             self._message(document, at, out)
 
@@ -191,10 +198,17 @@ class Decoder:
             else:
                 try:
                     dialect.decode(message, at, out)
+                    if at.key is not None:
+                        keys_from_record_key(at.key, out, mark)
                 except Inexact:
                     out.rollback(mark)
-                    exact = loads_exact(bytes(raw))  # type: ignore[arg-type]
-                    dialect.decode(exact[at.index] if type(exact) is list else exact, at, out)
+                    if type(raw) is Element:  # an element of an array document: its document's exact parse
+                        exact = raw.document.exact(raw.index)
+                    else:
+                        exact = loads_exact(bytes(raw))  # type: ignore[arg-type]
+                    dialect.decode(exact, at, out)
+                    if at.key is not None:
+                        keys_from_record_key(at.key, out, mark)
         except Exception as exc:  # a shape the dialect did not foresee: a dead letter, not a crash
             out.rollback(mark)
             out.fail(at, dialect.name, f"cannot decode the message ({type(exc).__name__}: {exc})")
@@ -225,10 +239,12 @@ def _utf8(raw: Any) -> bool:
     return True
 
 
-def record_tuples(records: pa.Table) -> Iterator[tuple[bytes | None, str | None, int | None, int | None]]:
-    """The rows of a raw-record table (sources.raw_schema: raw, source, partition, offset) as tuples."""
+def record_tuples(records: pa.Table) -> Iterator[RawTuple]:
+    """The rows of a raw-record table (sources.raw_schema: raw, key, source, partition, offset) as
+    (raw, source, partition, offset, key) tuples; a table without ``key`` (files) has NULL keys."""
     columns = [records.column(n).to_pylist() for n in ("raw", "source", "partition", "offset")]
-    return zip(*columns, strict=True)
+    keys = records.column("key").to_pylist() if "key" in records.column_names else [None] * records.num_rows
+    return zip(*columns, keys, strict=True)
 
 
 @contextmanager

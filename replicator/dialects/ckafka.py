@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
 from replicator.dialects.canal_json import CanalJson, overlay, rows_of
-from replicator.dialects.events import At, Events, Image, epoch_micros, epoch_millis
+from replicator.dialects.events import SEQ_SYSTEM, At, Events, Image, epoch_micros, epoch_millis
 from replicator.dialects.jsontext import cast_bigint, image, json_integer, string, to_json
 
 FORMAT_ONE_KEYS = ("BINLOG_NAME", "BINLOG_POS", "NEW_VALUES", "OLD_VALUES", "GLOBAL_ID")
@@ -147,7 +147,9 @@ class CKafka(CanalJson):
             order=(file_no, pos),  # type: ignore[arg-type]  (both checked above)
             event_time=self.wall_clock(time) if time is not None else None,
             position=f"{binlog_name.strip(' ')}:{pos}",  # type: ignore[union-attr]
-            meta={k: v for k, v in meta.items() if v is not None},
+            # (file, pos) is not comparable with the canal-shaped DDL's (es, id) of the same topic: stating
+            # the system makes the engine order the two by delivery (changelog._segments).
+            meta={SEQ_SYSTEM: "binlog-file-pos", **{k: v for k, v in meta.items() if v is not None}},
         )
 
     def wall_clock(self, text: str) -> int | None:

@@ -13,8 +13,9 @@ any length are decoded exactly, epoch days/ms/us/ns become date and wall-clock t
 (no time zone involved).
 
 Keys: a Debezium *value* names no key columns (the key travels as the Kafka message key, and files carry
-values only), so row events have ``primary_key = []``; the engine takes keys from the mirror or from
-``tables.keys``. Schema-change events carry ``tableChanges[].table.primaryKeyColumnNames``.
+values only), so row events have ``primary_key = []``; the decode pipeline fills it from the Kafka record
+key (record_keys.py), else the engine takes keys from the mirror or from ``tables.keys``. Schema-change
+events carry ``tableChanges[].table.primaryKeyColumnNames``.
 """
 
 from __future__ import annotations

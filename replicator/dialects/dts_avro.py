@@ -1,7 +1,8 @@
 """dts-avro: Aliyun DTS Avro records, ``com.alibaba.dts.formats.avro.Record`` (seed 004 "Aliyun DTS Avro").
 
-Binary, so not detectable: pin ``source.dialect: dts-avro`` and name Aliyun's schema file in
-``source.avro_schema`` (the project does not redistribute it). A raw record is one plain Avro datum (a Kafka
+Binary, so not detectable: pin ``source.dialect: dts-avro``. The record layout is declared in
+:mod:`replicator.dialects.dts_record` (the 15-field Record); ``source.avro_schema`` names a schema file
+instead, for the older 14-field SDK variant or an override. A raw record is one plain Avro datum (a Kafka
 value, or one line of a ``*.b64`` file) or a whole object container file (``*.avro``, magic ``Obj\\x01``).
 Each raw record is read with fastavro (:meth:`DtsAvro.decode_raw`), the schema parsed once per dialect
 instance. Value encodings: notes/ENCODINGS.md §5.
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from replicator.dialects.base import DecodeOptions, Dialect
+from replicator.dialects.dts_record import record_schema
 from replicator.dialects.events import At, Events, epoch_micros
 
 if TYPE_CHECKING:
@@ -176,7 +178,7 @@ class DtsAvro(Dialect):
         self._parsed: Any = None  # fastavro's parsed Record schema, read once per instance when needed
 
     def check(self) -> None:
-        """The schema file is a job-file prerequisite: missing or unreadable, the job stops before any
+        """A schema file named in the job file is a prerequisite: unreadable, the job stops before any
         batch."""
         self.parsed_schema()
 
@@ -184,12 +186,9 @@ class DtsAvro(Dialect):
         import fastavro
 
         if self._parsed is None:
-            if self.options.avro_schema is None:
-                raise ValueError(
-                    f"dialect dts-avro needs the DTS Avro schema file: set {SCHEMA_KEY} in the job file "
-                    "(Aliyun's Record.avsc)"
-                )
-            self._parsed = fastavro.parse_schema(load_record_schema(self.options.avro_schema))
+            path = self.options.avro_schema
+            schema = record_schema() if path is None else load_record_schema(path)
+            self._parsed = fastavro.parse_schema(schema)
         return self._parsed
 
     def decode_raw(self, raw: bytes | None, at: At, out: Events) -> None:

@@ -10,11 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsBytes
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+# meta key naming the coordinate system of an event's seq order part, where a dialect writes two systems
+# (CKafka: format-one DML by binlog file+pos, canal-shaped DDL by es+id); absent: the dialect's usual one.
+# Events of one table in different systems are ordered by delivery (changelog._segments).
+SEQ_SYSTEM = "seq_system"
 Image = dict[str, str | None]  # a row image or a type map: column -> canonical text (None: SQL NULL)
 
 
@@ -63,14 +67,17 @@ def decoded_schema() -> pa.Schema:
 @dataclass(frozen=True, slots=True)
 class At:
     """Where a message came from: the raw record's coordinates, the message's index inside the record
-    (a JSON array document holds several), the micro-batch, and the record's bytes for dead letters."""
+    (a JSON array document holds several), the micro-batch, and the message's bytes for dead letters: the
+    raw record's, or an element's own (arrays.Element: cut from its document by ``bytes()`` only when an
+    error row needs them)."""
 
     batch_id: int
     source: str | None
     partition: int | None
     offset: int | None
     index: int
-    raw: bytes | None
+    raw: bytes | SupportsBytes | None
+    key: bytes | None = None  # the Kafka record key (where Debezium puts the primary key); None for files
 
 
 class Events:
@@ -181,7 +188,9 @@ class Events:
         table: str | None = None,
         row: int = 0,
     ) -> None:
-        """An error row: it becomes a dead letter with the raw record, naming what is known of it."""
+        """An error row: it becomes a dead letter with the message's own bytes (the raw record, or the
+        element of an array document), naming what is known of it. Rows that are not errors carry no
+        bytes (``raw`` NULL)."""
         self.add(
             at, dialect, None, database=database, schema=schema, table=table, row=row, order=None, error=error
         )

@@ -82,4 +82,6 @@ def raw_records(lines: list, source: str = "test.jsonl", partition: int = 0):  #
         for line in lines
     ]
     n = len(raws)
-    return pa.table([raws, [source] * n, [partition] * n, list(range(1, n + 1))], schema=raw_schema())
+    return pa.table(
+        [raws, [None] * n, [source] * n, [partition] * n, list(range(1, n + 1))], schema=raw_schema()
+    )

@@ -12,18 +12,24 @@ import pytest
 
 from replicator import types
 from replicator.dialects import DecodeOptions
-from replicator.dialects.base import Decoder
+from replicator.dialects.base import Decoder, decode
 from replicator.dialects.dts_avro import load_record_schema
+from replicator.dialects.dts_record import record_schema
 from replicator.dialects.events import At
 from replicator.inspect import decode_path, event_records
-from tests.dialects.golden import FIXTURES, check_golden, params
+from tests.conftest import SHARED
+from tests.dialects.golden import FIXTURES, check_golden, params, raw_records
 
 FOLDER = FIXTURES / "dts-avro"
 
 
+VENDOR_SCHEMA = SHARED / "schemas" / "aliyun_dts_record.avsc"
+
+
 @pytest.fixture(scope="module")
-def options(shared) -> DecodeOptions:
-    return DecodeOptions(avro_schema=shared / "schemas" / "aliyun_dts_record.avsc")
+def options() -> DecodeOptions:
+    """The project's own declaration of the Record layout (dts_record.py): no schema file needed."""
+    return DecodeOptions()
 
 
 @pytest.mark.parametrize("case", params("dts-avro"))
@@ -37,12 +43,40 @@ def test_golden_container_file(options):
     assert [e["op"] for e in events] == ["insert", "insert", "update", "delete", "filtered"]
 
 
-def test_schema_option_is_required():
-    """A missing or unreadable schema file stops the job before any batch (Dialect.check)."""
-    with pytest.raises(ValueError, match=r"source\.avro_schema"):
-        Decoder("dts-avro", DecodeOptions())
+def test_schema_file_is_optional_but_checked_when_named():
+    """No schema file: the declared layout decodes. A named file that cannot be read stops the job
+    before any batch (Dialect.check)."""
+    datums = [base64.b64decode(line) for line in (FOLDER / "dml.b64").read_text().split()]
+    events = decode(raw_records(datums), "dts-avro", DecodeOptions())
+    assert events.num_rows == len(datums)
+    assert set(events.column("error").to_pylist()) == {None}
     with pytest.raises(ValueError, match=r"source\.avro_schema"):
         Decoder("dts-avro", DecodeOptions(avro_schema=FOLDER / "no-such-schema.avsc"))
+
+
+@pytest.mark.skipif(not VENDOR_SCHEMA.exists(), reason="an extra check against Aliyun's file in ../shared")
+def test_declared_layout_reads_the_vendor_files_records_byte_for_byte():
+    """The declared layout is Aliyun's Record.avsc on the wire: the same Avro Parsing Canonical Form (the
+    spec's form for "same schema on the wire"), and every golden datum reads to the same record, consuming
+    all its bytes, with either."""
+    from fastavro.schema import to_parsing_canonical_form
+
+    vendor = fastavro.parse_schema(load_record_schema(VENDOR_SCHEMA))
+    declared = fastavro.parse_schema(record_schema())
+    assert to_parsing_canonical_form(declared) == to_parsing_canonical_form(vendor)
+    datums = [
+        base64.b64decode(line)
+        for name in ("dml", "ddl", "values", "postgres")
+        for line in (FOLDER / f"{name}.b64").read_text().split()
+    ]
+    assert len(datums) >= 16  # every row, DDL and value branch of the golden inputs
+    for datum in datums:
+        read = []
+        for schema in (vendor, declared):
+            stream = io.BytesIO(datum)
+            read.append(fastavro.schemaless_reader(stream, schema, None, return_named_type=True))
+            assert stream.tell() == len(datum)
+        assert read[0] == read[1]
 
 
 # column -> (source type, typed value after types.parse_values with source.timezone +08:00)
@@ -118,11 +152,10 @@ def test_postgres_values(options):
         assert parsed.to_pylist() == [typed], column
 
 
-def test_schema_version_mismatch(tmp_path, shared, options):
+def test_schema_version_mismatch(tmp_path, options):
     """The SDK's 14-field schema (no bornTimestamp): a plain datum read with the 15-field schema is a dead
     letter naming source.avro_schema; a container file carries its own schema and decodes."""
-    schema = load_record_schema(shared / "schemas" / "aliyun_dts_record.avsc")
-    old = {**schema, "fields": [f for f in schema["fields"] if f["name"] != "bornTimestamp"]}
+    old = record_schema(born_timestamp=False)
     record = {
         "version": 1,
         "id": 9,
@@ -149,13 +182,13 @@ def test_schema_version_mismatch(tmp_path, shared, options):
     assert "error" not in by_file["old.avro"]
 
 
-def test_container_failure_is_reported_at_the_failing_record(shared):
+def test_container_failure_is_reported_at_the_failing_record():
     """Records before a corrupt block of a container file decode; the failure carries the next index."""
     import fastavro as fa
 
     from replicator.dialects.dts_avro import read_records
 
-    schema = fa.parse_schema(load_record_schema(shared / "schemas" / "aliyun_dts_record.avsc"))
+    schema = fa.parse_schema(record_schema())
     records = list(fa.reader((FOLDER / "container.avro").open("rb")))
     out = io.BytesIO()
     fa.writer(out, schema, records, sync_interval=1)  # one block per record
