@@ -11,32 +11,10 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from replicator.dialects.base import Dialect
-from replicator.dialects.events import (
-    MAX_MICROS,
-    MIN_MICROS,
-    At,
-    Events,
-    Image,
-    epoch_micros,
-    epoch_millis,
-)
-from replicator.dialects.jsontext import (
-    _TEXT_OR_NULL,
-    INT64,
-    cast_bigint,
-    image,
-    json_integer,
-    string,
-    text,
-    to_json,
-)
+from replicator.dialects.canal_plain import is_plain, read_message, read_record
+from replicator.dialects.events import At, Events, Image, epoch_micros, epoch_millis
+from replicator.dialects.jsontext import INT64, cast_bigint, image, json_integer, string, text, to_json
 
-PLAIN_OPS = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete", "INIT": "snapshot"}
-PLAIN_HOOKS = (
-    "row_ops", "ignored_types", "delete_image", "ddl_types", "ordering_fields", "build_types", "types_key",
-    "column_facts", "normalize", "position", "order_key", "event_time", "meta", "kind", "ddl_kind",
-    "database", "schema", "primary_key",
-)  # fmt: skip
 DDL_KINDS = ("CREATE", "ALTER", "ERASE", "RENAME", "TRUNCATE", "CINDEX", "DINDEX", "QUERY", "INIT_DDL")
 BINARY_TYPE = r"(?i)^\s*(binary|varbinary|tinyblob|blob|mediumblob|longblob)\b"
 
@@ -157,8 +135,8 @@ class CanalJson(Dialect):
         self._pk: list[str] = []
         self.ddl_set = frozenset((*DDL_KINDS, *self.ddl_types))
         self.names: dict[str | None, str | None] = {}
-        # The fast path inlines canal's own hooks: only for a dialect that overrides none of them.
-        self.plain = all(getattr(type(self), h) is getattr(CanalJson, h) for h in PLAIN_HOOKS)
+        self.plain = is_plain(self)  # canal_plain reads the usual message
+        self.raw_types: dict[Any, tuple[bytes, bytes, Image, Any]] = {}  # canal_plain.read_record's cache
 
     def disambiguate(self, message: dict[str, Any]) -> bool:
         """Canal, never DRS: a parameterised mysqlType (``int(11)``; DRS writes bare names, seed 003), a
@@ -224,7 +202,7 @@ class CanalJson(Dialect):
 
     # ---- decoding ----------------------------------------------------------------------------------------
     def decode(self, m: dict[str, Any], at: At, out: Events) -> None:
-        if self.plain and self.decode_plain(m, at, out):
+        if self.plain and read_message(self, m, at, out):
             return
         name = self.name
         names = self.names
@@ -339,92 +317,14 @@ class CanalJson(Dialect):
                 position, meta,
             )  # fmt: skip
 
-    def decode_plain(self, m: dict[str, Any], at: At, out: Events) -> bool:
-        """The usual canal row message, decoded with canal's own hooks inlined (a method call per field
-        was a third of the dialect's time per message): a row type in upper case, ``isDdl`` not true,
-        text names, whole ``es`` and ``id`` in 64 bits, no ``gtid``, and rows whose values are all text or
-        NULL with a primary key. Anything else returns False before appending a row, and :meth:`decode`
-        reads the message the general way; the result is the same either way (the golden tests run both)."""
-        op = PLAIN_OPS.get(m.get("type"))  # type: ignore[arg-type]
-        database = m.get("database")
-        table = m.get("table")
-        es = m.get("es")
-        id_ = m.get("id")
-        rows = m.get("data")  # canal keeps a deleted row in `data` too
-        if (
-            op is None
-            or type(database) is not str
-            or not database
-            or type(table) is not str
-            or not table
-            or type(es) is not int
-            or es not in INT64
-            or type(id_) is not int
-            or id_ not in INT64
-            or m.get("isDdl") is True
-            or "gtid" in m
-            or type(rows) is not list
-            or not rows
-        ):
-            return False
-        pk = self.primary_key(m)
-        if not pk:
-            return False
-        names = self.names
-        database = names.setdefault(database, database)
-        table = names.setdefault(table, table)
-        types, facts = self.type_cache.derived(
-            (database, None, table), (m.get("mysqlType"), m.get("sqlType")), lambda: self.build_types(m),
-            self.column_facts,
-        )  # fmt: skip
-        millis = es * 1000 if -100_000_000_000 < es < 100_000_000_000 else es  # epoch_millis
-        micros = millis * 1000
-        event_time = micros if MIN_MICROS <= micros <= MAX_MICROS else None  # epoch_micros
-        ts = m.get("ts")
-        meta = {"ts": str(ts) if type(ts) is int and ts in INT64 else None}
-        position = f"es={es} id={id_}"
-        seq = (millis, id_)
-        old = m.get("old") if op == "update" else None
-        old = old if type(old) is list else ()
-        add = out.row
-        name = self.name
-        for index, row in enumerate(rows):
-            if type(row) is not dict:
-                return self.fallback(out, index)
-            if not _TEXT_OR_NULL.issuperset(map(type, row.values())):
-                row = image(row)
-            if facts:
-                row = binary_as_hex(row, facts)
-            if None in map(row.get, pk):  # type: ignore[union-attr]
-                return self.fallback(out, index)
-            if op == "update":
-                changed = old[index] if index < len(old) else None
-                if changed is None:
-                    before = row
-                elif type(changed) is dict:
-                    changed = binary_as_hex(image(changed), facts)
-                    before = {**row, **changed}  # type: ignore[dict-item]
-                else:
-                    before = row
-                add(at, name, op, database, None, table, pk, row, before, types, seq, index, event_time,
-                    position, meta)  # fmt: skip
-            elif op == "delete":
-                add(at, name, op, database, None, table, pk, None, row, types, seq, index, event_time,
-                    position, meta)  # fmt: skip
-            else:
-                add(at, name, op, database, None, table, pk, row, None, types, seq, index, event_time,
-                    position, meta)  # fmt: skip
-        return True
-
-    @staticmethod
-    def fallback(out: Events, rows: int) -> bool:
-        """Leave a message to the general path: forget the ``rows`` rows the fast path appended."""
-        out.rollback(len(out) - rows)
-        return False
+    def decode_record(self, raw: bytes | None, at: At, out: Events) -> bool:
+        return self.plain and read_record(self, raw, at, out)
 
     def primary_key(self, m: dict[str, Any]) -> list[str]:
+        return self.primary_key_of(m.get("pkNames"))
+
+    def primary_key_of(self, names: Any) -> list[str]:
         """pkNames, distinct, in order; the same list object while the pkNames do not change."""
-        names = m.get("pkNames")
         if type(names) is not list:
             return []
         if names == self._pk_names:
