@@ -136,7 +136,7 @@ class CanalJson(Dialect):
         self.ddl_set = frozenset((*DDL_KINDS, *self.ddl_types))
         self.names: dict[str | None, str | None] = {}
         self.plain = is_plain(self)  # canal_plain reads the usual message
-        self.raw_types: dict[Any, tuple[bytes, bytes, Image, Any]] = {}  # canal_plain.read_record's cache
+        self.raw_types: dict[Any, tuple[Any, Any, Image, Any]] = {}  # canal_plain.read_record's cache
 
     def disambiguate(self, message: dict[str, Any]) -> bool:
         """Canal, never DRS: a parameterised mysqlType (``int(11)``; DRS writes bare names, seed 003), a

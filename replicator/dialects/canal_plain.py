@@ -83,11 +83,11 @@ def read_record(dialect: CanalJson, raw: Any, at: At, out: Events) -> bool:
     database = names.setdefault(m.database, m.database)
     table = names.setdefault(m.table, m.table)
     key = (database, table)
-    mysql_types, sql_types = bytes(m.mysqlType), bytes(m.sqlType)
+    mysql_types, sql_types = m.mysqlType, m.sqlType
     hit = dialect.raw_types.get(key)
     if hit is None or hit[0] != mysql_types or hit[1] != sql_types:
         try:
-            parsed = {"mysqlType": orjson.loads(mysql_types), "sqlType": orjson.loads(sql_types)}
+            parsed = {"mysqlType": orjson.loads(bytes(mysql_types)), "sqlType": orjson.loads(bytes(sql_types))}
             types, facts = dialect.type_cache.derived(
                 (database, None, table),
                 (parsed["mysqlType"], parsed["sqlType"]),

@@ -198,7 +198,7 @@ class Events:
 
         distinct, positions = _distinct([r[_TYPES] for r in self.rows])
         texts = [type_key_text(types) for types in distinct]
-        return pa.DictionaryArray.from_arrays(pa.array(positions, pa.int32()), pa.array(texts, pa.string()))
+        return pa.DictionaryArray.from_arrays(positions, pa.array(texts, pa.string()))
 
     def to_arrow(self) -> pa.Table:
         import pyarrow as pa
@@ -250,7 +250,7 @@ def _shared(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
     distinct, positions = _distinct(values)
     if len(distinct) * 2 > len(values):
         return pa.array(values, arrow_type)
-    return pa.array(distinct, arrow_type).take(pa.array(positions, pa.int32()))
+    return pa.array(distinct, arrow_type).take(positions)
 
 
 # Timestamps Arrow, Delta and Python all hold: years 0001 to 9999.
@@ -258,22 +258,27 @@ MIN_MICROS = -62_135_596_800_000_000
 MAX_MICROS = 253_402_300_799_999_999
 
 
-def _distinct(images: Sequence[Any]) -> tuple[list[Any], list[int | None]]:
-    """The distinct objects (by identity: a dialect shares one object per table's type map) and each
-    row's index into them (None for a NULL value)."""
-    index: dict[int, int] = {}
-    distinct: list[Any] = []
-    positions: list[int | None] = []
-    for image in images:
-        if image is None:
-            positions.append(None)
-            continue
-        at = index.get(id(image))
-        if at is None:
-            at = index[id(image)] = len(distinct)
-            distinct.append(image)
-        positions.append(at)
-    return distinct, positions
+def _distinct(values: Sequence[Any]) -> tuple[list[Any], pa.Array]:
+    """The distinct objects (by identity: a dialect shares one object per table's type map), in order of
+    first appearance, and each row's index into them (Int32, NULL for a NULL value). NumPy over the
+    objects' ids: a Python loop over the rows cost ~0.3 µs per row per column (measured)."""
+    import numpy as np
+    import pyarrow as pa
+
+    ids = np.fromiter(map(id, values), np.uint64, len(values))
+    unique, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    order = np.argsort(first)  # the distinct objects in order of first appearance
+    rank = np.empty(len(order), np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    positions = rank[inverse.reshape(-1)]
+    distinct = [values[i] for i in first[order]]
+    none = np.flatnonzero(unique[order] == id(None))
+    if not len(none):
+        return distinct, pa.array(positions, pa.int32())
+    null = positions == none[0]
+    del distinct[none[0]]
+    positions = positions - (positions > none[0])
+    return distinct, pa.array(positions, pa.int32(), mask=null)
 
 
 def type_key_text(types: Image) -> str:
