@@ -8,6 +8,7 @@ LogEventConvert; notes/ENCODINGS.md §1). Order: ``es`` (binlog execute time, ms
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, ClassVar
 
 from replicator.dialects.base import Dialect
@@ -136,7 +137,11 @@ class CanalJson(Dialect):
         self.ddl_set = frozenset((*DDL_KINDS, *self.ddl_types))
         self.names: dict[str | None, str | None] = {}
         self.plain = is_plain(self)  # canal_plain reads the usual message
-        self.raw_types: dict[Any, tuple[Any, Any, Image, Any]] = {}  # canal_plain.read_record's cache
+        if self.plain:  # one call per record instead of two (decode_record's own)
+            self.decode_record = partial(read_record, self)  # type: ignore[method-assign]
+        # canal_plain.read_record's caches: raw type maps per table, the raw pkNames
+        self.raw_types: dict[Any, tuple[Any, Any, Image, Any]] = {}
+        self.raw_pk: tuple[Any, list[str]] = (None, [])
 
     def disambiguate(self, message: dict[str, Any]) -> bool:
         """Canal, never DRS: a parameterised mysqlType (``int(11)``; DRS writes bare names, seed 003), a

@@ -5,9 +5,10 @@ Two readers, both for a dialect that keeps canal's own hooks (:func:`is_plain`; 
 override them and never come here):
 
 - :func:`read_record` reads the raw record with ``msgspec`` into a typed :class:`PlainMessage`: the type
-  maps (``mysqlType``/``sqlType``, a third of a message, the same in message after message) stay raw
-  bytes, compared with the table's last ones and parsed only when they change; row values are checked to
-  be text while parsing. Measured on the benchmark workload: 3.1 µs per message against orjson's 4.4 µs.
+  maps (``mysqlType``/``sqlType``, a third of a message, the same in message after message) and
+  ``pkNames`` stay raw bytes, compared with the last ones and parsed only when they change; row values
+  are checked to be text while parsing. Measured on the benchmark workload: 3.1 µs per message against
+  orjson's 4.4 µs (docs/performance.md, "Decoding per message").
 - :func:`read_message` reads an already parsed message (a record holding a JSON array of messages).
 
 Anything else (DDL, a gtid, numbers as values, a missing field, a NULL primary key, an unknown key)
@@ -49,7 +50,7 @@ class PlainMessage(msgspec.Struct, forbid_unknown_fields=True):
     es: int
     id: int
     data: list[Row]
-    pkNames: list[str]
+    pkNames: msgspec.Raw
     mysqlType: msgspec.Raw
     sqlType: msgspec.Raw
     isDdl: bool = False
@@ -76,7 +77,13 @@ def read_record(dialect: CanalJson, raw: Any, at: At, out: Events) -> bool:
     op = PLAIN_OPS.get(m.type)
     if op is None or m.isDdl or not m.database or not m.table or m.es not in INT64 or m.id not in INT64:
         return False
-    pk = dialect.primary_key_of(m.pkNames)
+    raw_pk, pk = dialect.raw_pk
+    if m.pkNames != raw_pk:  # raw bytes compared: parsed only when they change
+        try:
+            pk = dialect.primary_key_of(orjson.loads(bytes(m.pkNames)))
+        except Exception:  # a float name (Inexact) and the like: the general path says what
+            return False
+        dialect.raw_pk = (m.pkNames, pk)
     if not pk or not m.data:
         return False
     names = dialect.names
@@ -87,7 +94,10 @@ def read_record(dialect: CanalJson, raw: Any, at: At, out: Events) -> bool:
     hit = dialect.raw_types.get(key)
     if hit is None or hit[0] != mysql_types or hit[1] != sql_types:
         try:
-            parsed = {"mysqlType": orjson.loads(bytes(mysql_types)), "sqlType": orjson.loads(bytes(sql_types))}
+            parsed = {
+                "mysqlType": orjson.loads(bytes(mysql_types)),
+                "sqlType": orjson.loads(bytes(sql_types)),
+            }
             types, facts = dialect.type_cache.derived(
                 (database, None, table),
                 (parsed["mysqlType"], parsed["sqlType"]),
@@ -173,8 +183,11 @@ def _emit(
     event_time = micros if MIN_MICROS <= micros <= MAX_MICROS else None  # epoch_micros
     meta = {"ts": str(ts) if type(ts) is int and ts in INT64 else None}
     position = f"es={es} id={id_}"
-    seq = (millis, id_)
-    add = out.row
+    # Rows go straight into the builder in its row layout (Events.row, without a call per row; the tests
+    # comparing both ways catch any drift between the two).
+    append = out.rows.append
+    source, partition, offset, at_index = at.source, at.partition, at.offset, at.index
+    head = (millis, id_, at.batch_id, partition or 0, offset or 0, at_index)
     name = dialect.name
     for index, row in enumerate(rows):
         if not text:
@@ -188,18 +201,18 @@ def _emit(
             return _undo(out, index)
         if op == "update":
             changed = old[index] if index < len(old) else None
-            if type(changed) is dict:
-                before = {**row, **normalize(image(changed), types, facts)}  # type: ignore[dict-item]
-            else:
-                before = row
-            add(at, name, op, database, None, table, pk, row, before, types, seq, index, event_time,
-                position, meta)  # fmt: skip
+            after = row
+            before = {**row, **normalize(image(changed), types, facts)} if type(changed) is dict else row
         elif op == "delete":
-            add(at, name, op, database, None, table, pk, None, row, types, seq, index, event_time,
-                position, meta)  # fmt: skip
+            after, before = None, row
         else:
-            add(at, name, op, database, None, table, pk, row, None, types, seq, index, event_time,
-                position, meta)  # fmt: skip
+            after, before = row, None
+        append(
+            (
+                name, database, None, table, op, position, pk, after, before, types, meta, (*head, index),
+                event_time, source, partition, offset, at_index, index,
+            )
+        )  # fmt: skip
     return True
 
 
