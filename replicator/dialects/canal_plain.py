@@ -72,7 +72,7 @@ def read_record(dialect: CanalJson, raw: Any, at: At, out: Events) -> bool:
     """One raw record holding one usual message -> its rows in ``out`` (True), else False, nothing added."""
     try:
         m = _DECODER.decode(raw)
-    except (msgspec.DecodeError, TypeError):  # ValidationError is a DecodeError; TypeError: not bytes
+    except (ValueError, TypeError):  # DecodeError/ValidationError, UnicodeDecodeError; TypeError: no bytes
         return False
     op = PLAIN_OPS.get(m.type)
     if op is None or m.isDdl or not m.database or not m.table or m.es not in INT64 or m.id not in INT64:

@@ -158,3 +158,13 @@ EDGES = [
 def test_edge_messages_decode_the_same_both_ways(change):
     fast, general, _ = both_ways(raw_records([json.dumps({**USUAL, **change}), json.dumps(USUAL)]))
     assert_same(fast, general)
+
+
+def test_records_that_are_not_a_message_go_the_general_way():
+    usual = json.dumps(USUAL).encode()
+    records = raw_records([b"\xff" + usual, usual[:-1], b"", b"[]", b"[" + usual + b"]", usual, b"null"])
+    fast, general, taken = both_ways(records)
+    assert_same(fast, general)
+    assert taken == 1
+    # not UTF-8, not JSON, empty, not an object: four dead letters; the empty array is filtered
+    assert general.num_rows - general["error"].null_count == 4
