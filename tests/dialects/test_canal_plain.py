@@ -168,3 +168,8 @@ def test_records_that_are_not_a_message_go_the_general_way():
     assert taken == 1
     # not UTF-8, not JSON, empty, not an object: four dead letters; the empty array is filtered
     assert general.num_rows - general["error"].null_count == 4
+    # repeated keys: the last one counts either way
+    twice = usual[:-1] + b', "type": "DELETE", "es": 5, "data": [{"id": "9"}]}'
+    fast, general, taken = both_ways(raw_records([twice]))
+    assert_same(fast, general)
+    assert taken == 1 and general["op"].to_pylist() == ["delete"]
