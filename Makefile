@@ -49,6 +49,7 @@ bench: install ## the benchmarks of docs/performance.md (about 40 minutes); resu
 	$(BIN)/python benchmarks/many_tables.py
 	$(BIN)/python benchmarks/latency.py
 	$(BIN)/python benchmarks/memory.py
+	$(BIN)/python benchmarks/decode_stages.py
 
 clean:
 	rm -rf demo-out bench-out .pytest_cache spark-warehouse

@@ -1,6 +1,6 @@
 """The Kafka record key gives the primary key where the value names none (Debezium; issue 14, item 2).
 
-Through the Kafka batch path (sources.kafka_inputs, decoded by Spark tasks) with a DataFrame of the Kafka source's
+Through the Kafka batch path (sources.kafka_inputs, decoded by Spark tasks) with a DataFrame of the Kafka
 schema, then the real engine; no connector needed."""
 
 from __future__ import annotations

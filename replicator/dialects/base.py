@@ -100,6 +100,11 @@ class Dialect:
         """Binary dialects decode a whole raw record."""
         raise NotImplementedError
 
+    def decode_record(self, raw: bytes | None, at: At, out: Events) -> bool:
+        """A JSON dialect's own reading of a whole raw record, tried first when the dialect is pinned: True
+        when it appended the record's events, False (nothing appended) to leave it to :meth:`decode`."""
+        return False
+
     def check(self) -> None:
         """Raise ValueError when the job file lacks something this dialect needs (before any batch)."""
 
@@ -145,11 +150,12 @@ class Decoder:
         out = Events()
         fixed = self.fixed
         binary = fixed is not None and fixed.binary
+        read = fixed.decode_record if fixed is not None and not binary else _never
         for raw, source, partition, offset, key in records:
             at = At(batch_id, source, partition, offset, 0, raw, key)
             if binary:
                 self._guarded(fixed, None, at, out)  # type: ignore[arg-type]
-            else:
+            elif not read(raw, at, out):
                 self._json_record(raw, at, out)
         return out
 
@@ -229,6 +235,10 @@ class Decoder:
             None,
             f"ambiguous message format: it reads as any of {listed}; pin source.dialect in the job file",
         )
+
+
+def _never(raw: bytes | None, at: At, out: Events) -> bool:
+    return False
 
 
 def _utf8(raw: Any) -> bool:

@@ -100,10 +100,12 @@ def image(value: Any) -> dict[str, str | None] | None:
     """A row image (a JSON object) with every value as canonical text; ``None`` when not an object."""
     if type(value) is not dict:
         return None
-    for v in value.values():
-        if v is not None and type(v) is not str:
-            return {k: text(v) for k, v in value.items()}
-    return value  # every value is text or NULL already (canal): no copy
+    if TEXT_OR_NULL.issuperset(map(type, value.values())):
+        return value  # every value is text or NULL already (canal): no copy
+    return {k: text(v) for k, v in value.items()}
+
+
+TEXT_OR_NULL = frozenset((str, type(None)))
 
 
 def string(value: Any) -> str | None:

@@ -1,0 +1,175 @@
+"""canal_plain's fast readers against canal-json's general decoding: the same table, message for message.
+
+The general path (CanalJson.decode with ``plain`` off) is the reference; the fast readers only take the
+usual row message and must leave every other one to it, so both ways give equal Arrow tables (schema,
+values, NULLs, type keys) for the golden inputs and for generated messages of every shape."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replicator.dialects.base import Decoder, record_tuples
+from replicator.dialects.canal_plain import read_record
+from replicator.dialects.events import At, Events
+from tests.dialects.golden import cases, raw_records
+
+
+def both_ways(records: pa.Table) -> tuple[pa.Table, pa.Table, int]:
+    """(fast, general) decoded tables of the records, and how many records the msgspec reader took."""
+    tables = []
+    for plain in (True, False):
+        decoder = Decoder("canal-json")
+        decoder.fixed.plain = plain  # type: ignore[union-attr]
+        events = decoder.records(record_tuples(records), 3)
+        table = events.to_arrow().append_column("type_key", events.type_keys())
+        tables.append(table)
+    probe = Decoder("canal-json").fixed
+    taken = sum(
+        read_record(probe, raw, At(3, "s", 0, n, 0, raw), Events())  # type: ignore[arg-type]
+        for n, raw in enumerate(records["raw"].to_pylist())
+    )
+    return tables[0], tables[1], taken
+
+
+def assert_same(fast: pa.Table, general: pa.Table) -> None:
+    assert fast.schema == general.schema
+    assert fast.to_pylist() == general.to_pylist()
+    assert fast.equals(general)
+
+
+def fixture_records() -> pa.Table:
+    lines: list[bytes] = []
+    for case in cases("canal-json"):
+        text = case.read_bytes()
+        lines.extend(line for line in text.splitlines() if line.strip()) if case.suffix == ".jsonl" else [
+            text
+        ]
+    return raw_records(lines)
+
+
+def test_golden_inputs_decode_the_same_both_ways():
+    fast, general, taken = both_ways(fixture_records())
+    assert_same(fast, general)
+    assert taken > 0  # the fixtures hold usual row messages: the fast reader is exercised
+
+
+def test_workload_messages_take_the_fast_reader():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from workload import events
+
+    records = raw_records([orjson.dumps(m) for m in events(300, 40)])
+    fast, general, taken = both_ways(records)
+    assert_same(fast, general)
+    assert taken == 300
+
+
+TYPES = {"id": "bigint(20)", "name": "varchar(8)", "bin": "varbinary(4)", "n": "decimal(5,2)"}
+
+
+def mostly(usual, *others):  # type: ignore[no-untyped-def]
+    """The usual value nine times in ten (so most messages are the usual kind), else one of ``others``."""
+    return st.one_of(*[usual] * 9, st.sampled_from(others)) if others else usual
+
+
+text_value = st.one_of(st.none(), st.text(max_size=4), st.sampled_from(["1.50", "\u00ff\u0100", ""]))
+value = mostly(text_value, 7, 1.5, True, [1], {"a": 1})
+row = st.dictionaries(st.sampled_from(["id", "name", "bin", "n"]), value, max_size=4).map(
+    lambda r: r if "id" not in r or r["id"] is not None else {**r, "id": "1"}
+)
+whole = mostly(
+    st.integers(-(2**63), 2**63 - 1), 0, 1_700_000_000, 2**63, -(2**63) - 1, "12", "x", None, 1.5, True
+)
+message = st.fixed_dictionaries(
+    {
+        "type": mostly(st.sampled_from(["INSERT", "UPDATE", "DELETE", "INIT"]), "insert", "TRUNCATE", 7),
+        "database": mostly(st.just("db"), "", None, 5),
+        "table": mostly(st.sampled_from(["t", "u"]), "", None),
+        "es": whole,
+        "id": whole,
+        "isDdl": mostly(st.just(False), True, None, "false"),
+        "data": mostly(
+            st.lists(row.map(lambda r: {"id": "1", **r}), min_size=1, max_size=3), None, [], [1], [{}]
+        ),
+        "pkNames": mostly(st.sampled_from([["id"], ["id", "name"]]), [], ["id", "id"], None, ["x"], [1]),
+        "mysqlType": mostly(st.sampled_from([TYPES, {"id": "bigint"}]), {}, None, {"id": 5}),
+        "sqlType": mostly(st.just({"id": -5, "bin": -3}), {"id": 1.5}, {}, None),
+    },
+    optional={
+        "old": mostly(st.lists(row, max_size=3), None, [None], [3]),
+        "ts": whole,
+        "sql": st.sampled_from(["", None, "ALTER TABLE t ADD c int"]),
+        "gtid": st.sampled_from(["uuid:1-5", None]),
+        "_tidb": st.just({"watermarkTs": 1}),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(message, min_size=1, max_size=6))
+def test_any_message_decodes_the_same_both_ways(messages):
+    records = raw_records([json.dumps(m) for m in messages] + [json.dumps(messages)])  # + one array doc
+    fast, general, _ = both_ways(records)
+    assert_same(fast, general)
+
+
+USUAL = {
+    "type": "UPDATE",
+    "database": "db",
+    "table": "t",
+    "es": 1_700_000_000_000,
+    "id": 4,
+    "isDdl": False,
+    "data": [{"id": "1", "name": "a", "bin": "\u00ff", "n": "1.50"}],
+    "old": [{"name": None}],
+    "pkNames": ["id"],
+    "mysqlType": TYPES,
+    "sqlType": {"id": -5, "bin": -3},
+    "ts": 1_700_000_000_005,
+}
+EDGES = [
+    {"ts": 2**63},
+    {"ts": -(2**63)},
+    {"ts": "5"},
+    {"es": 2**63 - 1},
+    {"es": 99_999_999_999},
+    {"es": -100_000_000_000},
+    {"id": 2**63},
+    {"data": [{"id": "1", "name": 2}]},
+    {"data": [{"id": None}]},
+    {"old": [{"name": 1.5}]},
+    {"old": [None, {"name": "x"}]},
+    {"type": "DELETE", "old": None},
+    {"pkNames": ["id", "name", "id"]},
+    {"sqlType": {"id": 1.5}},
+    {"gtid": None},
+]
+
+
+@pytest.mark.parametrize("change", EDGES, ids=[json.dumps(e)[:40] for e in EDGES])
+def test_edge_messages_decode_the_same_both_ways(change):
+    fast, general, _ = both_ways(raw_records([json.dumps({**USUAL, **change}), json.dumps(USUAL)]))
+    assert_same(fast, general)
+
+
+def test_records_that_are_not_a_message_go_the_general_way():
+    usual = json.dumps(USUAL).encode()
+    records = raw_records([b"\xff" + usual, usual[:-1], b"", b"[]", b"[" + usual + b"]", usual, b"null"])
+    fast, general, taken = both_ways(records)
+    assert_same(fast, general)
+    assert taken == 1
+    # not UTF-8, not JSON, empty, not an object: four dead letters; the empty array is filtered
+    assert general.num_rows - general["error"].null_count == 4
+    # repeated keys: the last one counts either way
+    twice = usual[:-1] + b', "type": "DELETE", "es": 5, "data": [{"id": "9"}]}'
+    fast, general, taken = both_ways(raw_records([twice]))
+    assert_same(fast, general)
+    assert taken == 1 and general["op"].to_pylist() == ["delete"]
