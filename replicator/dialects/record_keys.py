@@ -35,15 +35,16 @@ def key_columns(key: bytes) -> tuple[str, ...] | None:
 
 def keys_from_record_key(key: bytes, out: Events, mark: int) -> None:
     """Rows decoded since ``mark`` that name no key columns take them from the record's key."""
-    columns = out.columns
-    primary_keys = columns["primary_key"]
-    ops = columns["op"]
+    from replicator.dialects.events import _OP, _PK
+
+    rows = out.rows
     names: list[str] | None = None
-    for i in range(mark, len(primary_keys)):
-        if not primary_keys[i] and ops[i] in ROW_OPS:
+    for i in range(mark, len(rows)):
+        row = rows[i]
+        if not row[_PK] and row[_OP] in ROW_OPS:
             if names is None:
                 found = key_columns(bytes(key))
                 if found is None:
                     return
                 names = list(found)
-            primary_keys[i] = names
+            rows[i] = (*row[:_PK], names, *row[_PK + 1 :])
