@@ -204,6 +204,21 @@ class Engine:
         phases.lap("apply")
         if changelog is not None:
             changelog.result()  # a failed change-log write fails the batch (it is retried whole)
+        if self.config.tables.history:  # history tables (replicator.history): every event, after the mirrors
+            from replicator.history import record_history
+
+            record_history(
+                self.config,
+                self.state,
+                self.writer,
+                events,
+                results,
+                links,
+                batch_id,
+                timezone=self.options.timezone,
+                zero_dates=self.options.zero_dates,
+            )
+            phases.lap("history")
         for result in results:
             dead_rows.extend(result.dead)
             if not result.skipped:
@@ -283,7 +298,7 @@ class Engine:
             state = TableState(**{**state.__dict__, "primary_key": tuple(keys[table])})
         return TableBatch(
             table=table,
-            mirror=self.writer(state.mirror),
+            mirror=self.writer(state.mirror, self.config.target.mirror_properties()),
             rows=rows,
             barriers=by_table.get(table, []),
             types=types.get(table, {}),

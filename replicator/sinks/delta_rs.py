@@ -34,7 +34,13 @@ class DeltaRsWriter(MirrorWriter):
     def create(self, schema: pa.Schema, partition_by: Sequence[str] = ()) -> None:
         from deltalake import DeltaTable
 
-        DeltaTable.create(self.path, schema, mode="ignore", partition_by=list(partition_by) or None)
+        DeltaTable.create(
+            self.path,
+            schema,
+            mode="ignore",
+            partition_by=list(partition_by) or None,
+            configuration=self.properties or None,
+        )
 
     def add_columns(self, fields: Sequence[pa.Field]) -> None:
         from deltalake import Schema
