@@ -179,7 +179,7 @@ def event_rows(events: pa.Table, key: Sequence[str]) -> pa.Table:
         }
     )
     changed = pc.equal(op, "update")
-    differs = pa.array([False] * len(op))
+    differs = pa.array([False] * len(op), pa.bool_())
     for k in key:
         old, new = pc.map_lookup(before, k, "first"), pc.map_lookup(after, k, "first")
         changed = pc.and_(changed, pc.is_valid(old))
@@ -214,6 +214,17 @@ def _truncates(events: pa.Table) -> list[Event]:
                 continue
         out.append(Event(r["seq_text"], "truncate", _utc(r["event_time"]), None, 2))
     return out
+
+
+def _source_types(events: pa.Table) -> dict[str, str]:
+    """Column -> source type text, the newest event's type of each column (first-seen column order)."""
+    dml = keep(events, pc.is_in(events["op"], pa.array(DML_OPS)))
+    types: dict[str, str] = {}
+    for i in pc.sort_indices(dml["seq_text"]).to_pylist():
+        for name, text in dml["source_types"][i].as_py() or []:
+            if text:
+                types[name] = text
+    return types
 
 
 def _renamed_columns(events: pa.Table) -> list[tuple[str, str]]:
@@ -286,9 +297,30 @@ class HistoryTable:
         done = self.history.applied_version(txn.app_id)
         if done is not None and done >= txn.version:
             return 0
+        # TRUNCATEs first, even of a table without rows yet: a later batch's older events end at them.
+        truncates = self._stored_truncates()
+        known = {change_id(e.seq) for e in truncates}
+        batch_truncates = _truncates(events)
+        new_truncates = []
+        for e in batch_truncates:
+            if change_id(e.seq) not in known:
+                known.add(change_id(e.seq))
+                new_truncates.append(e)
+        if new_truncates:
+            rows = [{CDC_SEQ: e.seq, CDC_OP: e.op, CDC_EVENT_TIME: e.time} for e in new_truncates]
+            self.truncates.append(pa.Table.from_pylist(rows, TRUNCATE_SCHEMA), None)
+        truncates += new_truncates
         mirror = self.applier.mirror
-        if not mirror.exists() or not self.key:
+        if not self.key:
             return 0
+        if not mirror.exists():
+            # Every event of the batch preceded a TRUNCATE the mirror had already applied: the mirror
+            # wrote nothing, the history still keeps them. The mirror is created (empty) to type them.
+            rows = event_rows(events, self.key)
+            if rows.num_rows == 0:
+                return 0
+            self.applier.work.types = _source_types(events)
+            self.applier.ensure_table(pc.unique(rows["image"].combine_chunks().keys).to_pylist())
         schema = mirror.schema()
         sync_schema(self.history, schema, _renamed_columns(events))
         data = [f.name for f in schema if f.name not in CDC_COLUMNS]
@@ -305,15 +337,9 @@ class HistoryTable:
             batch.setdefault(tuple(row[k] for k in self.key), []).append(
                 Event(r[CDC_SEQ], r[CDC_OP], _utc(r[CDC_EVENT_TIME]), row, 2)
             )
-        stored_truncates = self._stored_truncates()
-        known = {change_id(e.seq) for e in stored_truncates}
-        new_truncates = []
-        for e in _truncates(events):
-            if change_id(e.seq) not in known:
-                known.add(change_id(e.seq))
-                new_truncates.append(e)
-        truncates = stored_truncates + new_truncates
-        everything = bool(new_truncates)  # a new TRUNCATE closes the open version of every key
+        # A TRUNCATE closes the open version of every key: the batch recomputes them all (rare; the same on a
+        # replay, where the TRUNCATE is stored already).
+        everything = bool(batch_truncates)
         versions, markers = self._stored(list(batch), everything)
         keys = set(batch) | (set(versions) if everything else set())
         new_versions: list[dict[str, Any]] = []
@@ -350,14 +376,6 @@ class HistoryTable:
                     new_versions.append(record)
             kept = {v.seq for v in result}
             gone += [{**dict(zip(self.key, k, strict=True)), CDC_SEQ: s} for s in before if s not in kept]
-        if new_truncates:
-            self.truncates.append(
-                pa.Table.from_pylist(
-                    [{CDC_SEQ: e.seq, CDC_OP: e.op, CDC_EVENT_TIME: e.time} for e in new_truncates],
-                    TRUNCATE_SCHEMA,
-                ),
-                None,
-            )
         if new_markers:
             fields = [self.history.schema().field(k) for k in self.key]
             self.markers.append(

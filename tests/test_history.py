@@ -147,9 +147,7 @@ def test_tracked_columns_update_the_current_version_in_place(spark, tmp_path):
         ],
     )
     # A redelivery of the in-place update does not bring its older name back.
-    runner.messages(
-        tmp_path, [canal("UPDATE", [order(1, "b", "1.00")], old=[{"name": "a"}], es=T + 1000)]
-    )
+    runner.messages(tmp_path, [canal("UPDATE", [order(1, "b", "1.00")], old=[{"name": "a"}], es=T + 1000)])
     assert brief(history(runner), "name") == [
         (1, "b", at(T), at(T + 2000), False, "insert"),
         (1, "c", at(T + 2000), None, True, "update"),
