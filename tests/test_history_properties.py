@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tests.helpers import Runner, delta_table, job, write_jsonl
 from tests.history_model import History, history
 from tests.model import KEY, replay
-from tests.test_properties import cases, mirror_rows
+from tests.test_properties import cases, ddl_case, mirror_rows
 from tests.workload import ENCODERS, RENAMED, TABLE, Encoder, deliveries, job_overrides, workloads
 
 SPARK_EXAMPLES = settings().max_examples if settings._current_profile == "soak" else 8
@@ -92,3 +92,12 @@ def test_tracked_history_equals_model(spark, tmp_path_factory, data):
     n = len(encoder.encode(statements))
     plan = data.draw(deliveries(n, reorder=False))
     check(spark, tmp_path_factory.mktemp("track"), encoder, statements, plan, track=["amount", "flag"])
+
+
+@pytest.mark.parametrize("name", ["canal-json", "drs-json"])
+def test_schema_changes_history_equals_model(spark, tmp_path, name):
+    """The fixed DDL workload (ADD COLUMN, DROP COLUMN, RENAME TABLE), whatever hypothesis draws."""
+    encoder = BY_NAME[name]
+    statements, plan = ddl_case([encoder])
+    assert {s.kind for s in statements} >= {"add_column", "drop_column", "rename_table"}
+    check(spark, tmp_path, encoder, statements, plan)
