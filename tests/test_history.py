@@ -236,3 +236,29 @@ def test_replay_rebuilds_the_history_as_of_a_time(spark, tmp_path):
         (2, "b", at(T), at(T + 2000), False, "insert"),
     ]
     assert brief(history(runner), "name")[-1] == (3, "c", at(T + 3000), None, True, "insert")
+
+
+def test_bootstrap_from_table_files_opens_the_first_versions(spark, tmp_path):
+    """Snapshot rows open a version each (``_cdc_op = snapshot``, from the snapshot's time: NULL when the
+    snapshot names none); the mirror's events after the position go on from there."""
+    from replicator.bootstrap import bootstrap
+    from tests.test_bootstrap import POSITION, write_snapshot
+
+    config = job(tmp_path, tables={"keys": {"shop.orders": ["id"]}, "history": ["shop.*"]})
+    snapshot = write_snapshot(tmp_path / "snap", [[1, 2], [3]])
+    bootstrap(config, snapshot, POSITION, progress=False)
+    runner = Runner(spark, config)
+    es = int(POSITION)
+    runner.messages(
+        tmp_path,
+        [
+            canal("UPDATE", [order(1, "new")], old=[{"name": "snap1"}], es=es + 1),
+            canal("DELETE", [order(3)], es=es + 10),
+        ],
+    )
+    assert brief(history(runner), "name") == [
+        (1, "snap1", None, at(es + 1), False, "snapshot"),
+        (1, "new", at(es + 1), None, True, "update"),
+        (2, "snap2", None, None, True, "snapshot"),
+        (3, "snap3", None, at(es + 10), False, "snapshot"),
+    ]

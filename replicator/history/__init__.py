@@ -19,7 +19,7 @@ apply, whose final schema types the values exactly like the mirror, ``TableAppli
 A TRUNCATE closes every open version, so a batch that brings a new one recomputes every key (rare).
 """
 
-from replicator.history.table import HistoryTable, history_path, markers_root, record_history
+from replicator.history.table import HistoryTable, history_path, markers_root, record_history, seed_snapshot
 from replicator.history.versions import HISTORY_FIELDS, Event, Version, chain, change_id
 
 __all__ = [
@@ -32,4 +32,5 @@ __all__ = [
     "history_path",
     "markers_root",
     "record_history",
+    "seed_snapshot",
 ]

@@ -17,11 +17,14 @@ from replicator.history.versions import (
     CDC_EVENT_TIME,
     CDC_OP,
     CDC_SEQ,
+    CURRENT,
     HISTORY_COLUMNS,
     MARKER_FIELDS,
     OPENS,
     TRUNCATE_SCHEMA,
+    UTC_TS,
     VALID_FROM,
+    VALID_TO,
     Event,
     chain,
     change_id,
@@ -254,6 +257,29 @@ def _from_markers(markers: list[Event], stored: list[dict[str, Any]]) -> list[Ev
     return out
 
 
+# ---- bootstrap from table files ---------------------------------------------------------------------------
+def seed_snapshot(writer: WriterFactory, mirror: MirrorWriter, rows: pa.Table, txn: Txn) -> None:
+    """A bootstrap's snapshot rows (in the mirror's schema, ``_cdc_*`` columns of ``bootstrap.with_cdc``)
+    open the first version of each key at the snapshot's time, appended with the file's transaction."""
+    history = writer(history_path(mirror.path))
+    done = history.applied_version(txn.app_id)
+    if done is not None and done >= txn.version:
+        return
+    sync_schema(history, mirror.schema())
+    n = rows.num_rows
+    data = [f.name for f in mirror.schema() if f.name not in CDC_COLUMNS]
+    versions = rows.select(data)
+    for name, column in (
+        (VALID_FROM, rows[CDC_EVENT_TIME]),
+        (VALID_TO, pa.nulls(n, UTC_TS)),
+        (CURRENT, pa.array([True] * n, pa.bool_())),
+        (CDC_OP, rows[CDC_OP]),
+        (CDC_SEQ, rows[CDC_SEQ]),
+    ):
+        versions = versions.append_column(name, column)
+    history.append(versions.cast(history.schema()), txn)
+
+
 # ---- the engine's hook -------------------------------------------------------------------------------------
 def record_history(
     config: JobConfig,
@@ -335,4 +361,4 @@ def _move(
         writer(markers).move_to(markers_to)
 
 
-__all__ = ["HistoryTable", "history_path", "markers_root", "record_history"]
+__all__ = ["HistoryTable", "history_path", "markers_root", "record_history", "seed_snapshot"]
