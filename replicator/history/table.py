@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,7 +76,7 @@ class HistoryTable:
     truncates: MirrorWriter
     track: Sequence[str] | None = None
 
-    @property
+    @cached_property
     def key(self) -> list[str]:
         return list(self.applier.table_state.primary_key)
 
@@ -127,7 +128,7 @@ class HistoryTable:
         # A TRUNCATE closes the open version of every key: the batch recomputes them all (rare; the same on a
         # replay, where the TRUNCATE is stored already).
         everything = bool(batch_truncates)
-        versions, markers = self._stored(list(batch), everything)
+        versions, markers = self._stored(batch, everything)
         keys = set(batch) | (set(versions) if everything else set())
         new_versions: list[dict[str, Any]] = []
         gone: list[dict[str, Any]] = []
@@ -183,27 +184,39 @@ class HistoryTable:
         ]
 
     def _stored(
-        self, keys: list[tuple[Any, ...]], everything: bool
+        self, batch: dict[tuple[Any, ...], list[Event]], everything: bool
     ) -> tuple[dict[tuple[Any, ...], list[dict[str, Any]]], dict[tuple[Any, ...], list[Event]]]:
-        """The stored versions and markers of ``keys`` (of every key when ``everything``)."""
-        wanted = set(keys)
+        """What the batch can change of the stored versions and markers of its keys (of every key when
+        ``everything``): per key, the version open at the batch's oldest event and everything after it.
+        Older versions are closed by older events, which the batch does not move: their chain up to there
+        stays as it is (so the cost follows the batch, not the length of the keys' histories)."""
+        key = self.key
+        oldest = {k: min(change_id(e.seq) for e in events) for k, events in batch.items()}
+        floors: dict[tuple[Any, ...], str] = {}
 
-        def read(writer: MirrorWriter) -> list[dict[str, Any]]:
-            if not writer.exists() or not (keys or everything):
+        def read(writer: MirrorWriter, versions: bool) -> list[dict[str, Any]]:
+            if not writer.exists() or not (batch or everything):
                 return []
             if everything:
-                rows = writer.read().to_pylist()
-            else:
-                first = pa.array(sorted({k[0] for k in keys}), writer.schema().field(self.key[0]).type)
-                rows = writer.read_keys(self.key[0], first, writer.schema().names).to_pylist()
-            return [r for r in rows if everything or tuple(r[c] for c in self.key) in wanted]
+                return writer.read().to_pylist()
+            first = pa.array(sorted({k[0] for k in batch}), writer.schema().field(key[0]).type)
+            table = writer.read_keys(key[0], first, writer.schema().names)
+            # Decide on the key and seq columns alone; only the rows kept become Python values.
+            idents = [change_id(s) for s in table[CDC_SEQ].to_pylist()]
+            keys = list(zip(*(table[c].to_pylist() for c in key), strict=True))
+            if versions:
+                for k, ident in zip(keys, idents, strict=True):
+                    if k in oldest and ident < oldest[k] and ident > floors.get(k, ""):
+                        floors[k] = ident  # the newest version that started before the batch
+            mask = [k in oldest and ident >= floors.get(k, "") for k, ident in zip(keys, idents, strict=True)]
+            return table.filter(pa.array(mask, pa.bool_())).to_pylist()
 
         versions: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-        for r in read(self.history):
-            versions.setdefault(tuple(r[c] for c in self.key), []).append(r)
+        for r in read(self.history, True):
+            versions.setdefault(tuple(r[c] for c in key), []).append(r)
         markers: dict[tuple[Any, ...], list[Event]] = {}
-        for r in read(self.markers):
-            markers.setdefault(tuple(r[c] for c in self.key), []).append(
+        for r in read(self.markers, False):
+            markers.setdefault(tuple(r[c] for c in key), []).append(
                 Event(r[CDC_SEQ], r[CDC_OP], r[CDC_EVENT_TIME], None, 0)
             )
         return versions, markers
