@@ -47,6 +47,7 @@ bench: install ## the benchmarks of docs/performance.md (about 30 minutes); resu
 	$(BIN)/python benchmarks/many_tables.py
 	$(BIN)/python benchmarks/latency.py
 	$(BIN)/python benchmarks/memory.py
+	$(BIN)/python benchmarks/history.py --batches 4 --events 50000 --keys 20000
 
 clean:
 	rm -rf demo-out bench-out .pytest_cache spark-warehouse

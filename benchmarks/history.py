@@ -13,6 +13,7 @@ Not a test; results in docs/performance.md:
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import subprocess
 import sys
@@ -46,13 +47,14 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--keys", type=int, default=20_000)
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/replicator-bench-history"))
+    parser.add_argument("--workdir", type=Path, default=REPO / "bench-out" / "history")
     args = parser.parse_args()
     import shutil
 
     shutil.rmtree(args.workdir, ignore_errors=True)
     landing = args.workdir / "landing"
     write_files(landing, args.batches * args.events, args.keys, per_file=args.events)
+    result: dict[str, list[dict]] = {}
     for history in (False, True):
         workdir = args.workdir / ("history" if history else "mirror")
         shutil.copytree(landing, workdir / "landing")
@@ -65,6 +67,11 @@ def main() -> None:
             )
         times = [b["duration_ms"] / 1000 for b in batches]
         print(f"  median batch {statistics.median(times):.1f} s")
+        result["history" if history else "mirror"] = [
+            {"batch_id": b["batch_id"], "duration_ms": b["duration_ms"], "phases_ms": b["phases_ms"]}
+            for b in batches
+        ]
+    (args.workdir / "result.json").write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -262,3 +262,17 @@ def test_bootstrap_from_table_files_opens_the_first_versions(spark, tmp_path):
         (2, "snap2", None, None, True, "snapshot"),
         (3, "snap3", None, at(es + 10), False, "snapshot"),
     ]
+
+
+def test_job_file_keys(tmp_path):
+    config = job(
+        tmp_path,
+        tables={"history": ["shop.*"], "history_track": {"shop.o*": ["amount"]}},
+        target={"change_data_feed": True},
+    )
+    assert config.tables.history_for("shop.orders") and not config.tables.history_for("crm.orders")
+    assert config.tables.tracked("shop.orders") == ["amount"]
+    assert config.tables.tracked("shop.items") is None
+    assert config.target.mirror_properties() == {"delta.enableChangeDataFeed": "true"}
+    assert job(tmp_path).target.mirror_properties() == {}
+    assert not job(tmp_path).tables.history_for("shop.orders")
