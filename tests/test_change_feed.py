@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from tests.helpers import Runner, canal, job, order
+from tests.helpers import Runner, canal, ddl, job, order
 
 T = 1_700_000_000_000
 
@@ -53,6 +53,11 @@ def test_a_batch_feed_holds_its_net_inserts_updates_and_deletes(spark, tmp_path)
     before = DeltaTable(str(path)).version()
     runner.messages(tmp_path, [canal("UPDATE", [order(1, "a1")], old=[{"name": "a"}], es=T + 1)])
     assert feed(path, before) == []
+
+    # A TRUNCATE: its rows leave by a Delta delete, in the feed as deletes.
+    before = DeltaTable(str(path)).version()
+    runner.messages(tmp_path, [ddl("TRUNCATE", "TRUNCATE TABLE `orders`", es=T + 10)])
+    assert feed(path, before) == [("delete", 1, "a2"), ("delete", 3, "c"), ("delete", 4, "d")]
 
 
 def test_without_the_option_mirrors_have_no_feed(spark, tmp_path):
