@@ -50,6 +50,7 @@ bench: install ## the benchmarks of docs/performance.md (about 40 minutes); resu
 	$(BIN)/python benchmarks/latency.py
 	$(BIN)/python benchmarks/memory.py
 	$(BIN)/python benchmarks/decode_stages.py
+	$(BIN)/python benchmarks/history.py --batches 4 --events 50000 --keys 20000
 
 clean:
 	rm -rf demo-out bench-out .pytest_cache spark-warehouse

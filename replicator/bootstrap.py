@@ -236,6 +236,11 @@ def load_table(
                 custom_metadata={DONE_MARK: seq} if last else None,
             ),
         )
+        if config.tables.history_for(snapshot.name):  # the first version of each row (docs/history.md)
+            from replicator.history import seed_snapshot
+            from replicator.sinks.base import Txn
+
+            seed_snapshot(state.writer, mirror, data, Txn(app, index))
         table_state = replace(
             table_state, phase=SNAPSHOT_LOADING, snapshot_rows=table_state.snapshot_rows + data.num_rows
         )

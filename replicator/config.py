@@ -101,6 +101,13 @@ class SourceConfig(_Model):
 class TargetConfig(_Model):
     path: Path
     writer: Literal["delta-rs", "delta-spark"] = "delta-rs"
+    change_data_feed: bool = Field(
+        default=False, description="create mirrors with delta.enableChangeDataFeed=true (docs/history.md)"
+    )
+
+    def mirror_properties(self) -> dict[str, str]:
+        """Delta table properties of the mirrors this job creates."""
+        return {"delta.enableChangeDataFeed": "true"} if self.change_data_feed else {}
 
 
 class StateConfig(_Model):
@@ -180,6 +187,29 @@ class TablesConfig(_Model):
                 if not column_type(source_type).known:
                     raise ValueError(f"{pattern}.{column}: unknown source type {source_type!r}")
         return value
+
+    history: list[str] = Field(
+        default_factory=list, description="globs on database.table: keep a history table (SCD type 2)"
+    )
+    history_track: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="glob on database.table -> the columns whose change opens a new history version",
+    )
+
+    def history_for(self, name: str) -> bool:
+        """Whether the mirror ``database.table`` keeps a history table (docs/history.md)."""
+        from fnmatch import fnmatchcase
+
+        return any(fnmatchcase(name, p) for p in self.history)
+
+    def tracked(self, name: str) -> list[str] | None:
+        """The tracked columns of a history table (None: every column)."""
+        from fnmatch import fnmatchcase
+
+        for pattern, columns in self.history_track.items():
+            if fnmatchcase(name, pattern):
+                return list(columns)
+        return None
 
     def routed_target(self, name: str) -> bool:
         return any(rule.to == name for rule in self.route)

@@ -228,6 +228,22 @@ class Engine:
         phases.lap("apply")
         if changelog is not None:
             changelog.result()  # a failed change-log commit fails the batch (it is retried whole)
+        history = [t for t in {*selected, *barrier_only} if self.config.tables.history_for(f"{t[0]}.{t[2]}")]
+        if history:  # history tables (replicator.history): every event, after the mirrors
+            from replicator.history import record_history
+
+            record_history(
+                self.config,
+                self.state,
+                self.writer,
+                _history_events(batch, history, types),
+                results,
+                links,
+                batch_id,
+                timezone=self.options.timezone,
+                zero_dates=self.options.zero_dates,
+            )
+            phases.lap("history")
         for result in results:
             dead_rows.extend(result.dead)
             if not result.skipped:
@@ -307,7 +323,7 @@ class Engine:
             state = TableState(**{**state.__dict__, "primary_key": tuple(keys[table])})
         return TableBatch(
             table=table,
-            mirror=self.writer(state.mirror),
+            mirror=self.writer(state.mirror, self.config.target.mirror_properties()),
             rows=rows,
             barriers=by_table.get(table, []),
             types=types.get(table, {}),
@@ -404,6 +420,48 @@ def _dead_table(rows: pa.Table, batch_id: int) -> pa.Table:
 
 
 _TABLE = ["database", "schema", "table"]
+
+
+def _history_events(
+    batch: DecodedBatch, tables: list[TableId], types: dict[TableId, dict[str, str]]
+) -> pa.Table:
+    """Every event of the history tables (their DML from the executors' cache, their barrier events from
+    the batch's small results), in the decoded columns the history reads; the type map of each table is
+    the batch's merged one (the cached events do not carry theirs)."""
+    from replicator.decode import FOLD_COLUMNS
+    from replicator.dialects.events import decoded_schema
+
+    schema = decoded_schema()
+    columns = [*FOLD_COLUMNS, "source_types", "ddl_kind", "ddl_sql", "table_changes"]
+    fields = pa.schema(
+        [pa.field("seq_text", pa.string()) if c == "seq_text" else schema.field(c) for c in columns]
+    )
+    dml = batch.select(tables, list(FOLD_COLUMNS))
+    parts = []
+    if dml.num_rows:
+        labels = pc.binary_join_element_wise(
+            dml["database"], dml["schema"], dml["table"], ".", null_handling="skip"
+        )
+        maps = {table_label(t): list((types.get(t) or {}).items()) for t in tables}
+        per_row = pa.array(
+            [maps.get(label) for label in labels.to_pylist()], schema.field("source_types").type
+        )
+        n = dml.num_rows
+        extra = {
+            "source_types": per_row,
+            **{c: pa.nulls(n, pa.string()) for c in ("ddl_kind", "ddl_sql", "table_changes")},
+        }
+        parts.append(
+            pa.table([dml[c] if c in dml.column_names else extra[c] for c in columns], schema=fields)
+        )
+    own = [r for r in batch.barriers if (r["database"], r["schema"], r["table"]) in set(tables)]
+    if own:
+        rows = [
+            {c: (list(r[c].items()) if isinstance(r.get(c), dict) else r.get(c)) for c in columns}
+            for r in own
+        ]
+        parts.append(pa.Table.from_pylist(rows, schema=fields))
+    return pa.concat_tables(parts) if parts else fields.empty_table()
 
 
 def _unkeyed(rows: pa.Table) -> list[DeadRow]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import astuple, dataclass
 from pathlib import Path
 
@@ -71,10 +71,12 @@ def key_range(
 
 class MirrorWriter(ABC):
     """One Delta table at ``path``. Every write may carry a :class:`Txn`; :meth:`applied_version` tells the
-    newest version committed for an app id, so a replayed micro-batch can be skipped."""
+    newest version committed for an app id, so a replayed micro-batch can be skipped. ``properties`` are
+    the Delta table properties a table created by this writer gets (``delta.enableChangeDataFeed``)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, properties: Mapping[str, str] | None = None) -> None:
         self.path = str(path)
+        self.properties = dict(properties or {})
 
     @abstractmethod
     def exists(self) -> bool: ...
@@ -138,7 +140,7 @@ class MirrorWriter(ABC):
         shutil.move(self.path, target)
 
 
-WriterFactory = Callable[[str | Path], MirrorWriter]
+WriterFactory = Callable[..., MirrorWriter]  # (path, properties=None)
 
 
 def quote(name: str) -> str:

@@ -34,7 +34,18 @@ class DeltaRsWriter(MirrorWriter):
     def create(self, schema: pa.Schema, partition_by: Sequence[str] = ()) -> None:
         from deltalake import DeltaTable
 
-        DeltaTable.create(self.path, schema, mode="ignore", partition_by=list(partition_by) or None)
+        if self.properties.get("delta.enableChangeDataFeed") == "true":
+            # deltalake 1.6: a MERGE into a CDF table checks NOT NULL on its change-feed projection, where
+            # unmatched rows are NULL ("rows failed validation check"; like delta-rs issue #4527): the
+            # key columns are nullable there (the engine never writes a NULL key).
+            schema = pa.schema([f.with_nullable(True) for f in schema])
+        DeltaTable.create(
+            self.path,
+            schema,
+            mode="ignore",
+            partition_by=list(partition_by) or None,
+            configuration=self.properties or None,
+        )
 
     def add_columns(self, fields: Sequence[pa.Field]) -> None:
         from deltalake import Schema

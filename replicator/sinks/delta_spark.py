@@ -44,8 +44,8 @@ def _ident(name: str) -> str:
 
 
 class DeltaSparkWriter(MirrorWriter):
-    def __init__(self, path) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(path)
+    def __init__(self, path, properties=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(path, properties)
         self.spark = _spark()
 
     @property
@@ -79,6 +79,9 @@ class DeltaSparkWriter(MirrorWriter):
         if partition_by:
             writer = writer.partitionBy(*partition_by)
         writer.save(self.path)
+        if self.properties:
+            props = ", ".join(f"'{k}' = '{v}'" for k, v in self.properties.items())
+            self.spark.sql(f"ALTER TABLE {self._table_ref} SET TBLPROPERTIES ({props})")
 
     def add_columns(self, fields: Sequence[pa.Field]) -> None:
         from pyspark.sql.pandas.types import from_arrow_type

@@ -1,0 +1,377 @@
+"""One history table's batch (versions recomputed for the touched keys, one MERGE with the batch's app
+transaction), and the engine's hook :func:`record_history` (see replicator/history/__init__.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from replicator.apply import TableApplier, TableBatch, TableResult
+from replicator.changelog import TableId, split_by_table
+from replicator.history.versions import (
+    CDC_EVENT_TIME,
+    CDC_OP,
+    CDC_SEQ,
+    CURRENT,
+    HISTORY_COLUMNS,
+    MARKER_FIELDS,
+    OPENS,
+    TRUNCATE_SCHEMA,
+    UTC_TS,
+    VALID_FROM,
+    VALID_TO,
+    Event,
+    chain,
+    change_id,
+    event_rows,
+    renamed_columns,
+    source_types,
+    sync_schema,
+    truncate_events,
+    utc,
+)
+from replicator.logging import get_logger
+from replicator.model import CDC_COLUMNS, table_label
+from replicator.sinks.base import MirrorWriter, Txn, key_range, quote
+
+if TYPE_CHECKING:
+    from replicator.config import JobConfig
+    from replicator.sinks.base import WriterFactory
+    from replicator.state import State
+
+log = get_logger("replicator.history")
+
+SUFFIX = "__history"
+
+
+# ---- where ------------------------------------------------------------------------------------------------
+def _parts(table: TableId) -> list[str]:
+    database, schema, name = table
+    return [database, schema, name] if schema else [database, name]
+
+
+def history_path(mirror: str | Path) -> str:
+    """The history table of the mirror at ``mirror``."""
+    return f"{mirror}{SUFFIX}"
+
+
+def markers_root(state: State, table: TableId) -> Path:
+    return state.root.joinpath("history", *_parts(table))
+
+
+# ---- one table's batch ------------------------------------------------------------------------------------
+@dataclass
+class HistoryTable:
+    """One mirror's history: the versions table and its markers (deletes / in-place updates, TRUNCATEs)."""
+
+    applier: TableApplier  # the mirror's applier: its schema and typing
+    history: MirrorWriter
+    markers: MirrorWriter
+    truncates: MirrorWriter
+    track: Sequence[str] | None = None
+
+    @cached_property
+    def key(self) -> list[str]:
+        return list(self.applier.table_state.primary_key)
+
+    def apply(self, events: pa.Table, txn: Txn) -> int:
+        """This table's events of a batch (decoded events: DML, truncate, ddl) -> versions written."""
+        done = self.history.applied_version(txn.app_id)
+        if done is not None and done >= txn.version:
+            return 0
+        # TRUNCATEs first, even of a table without rows yet: a later batch's older events end at them.
+        truncates = self._stored_truncates()
+        known = {change_id(e.seq) for e in truncates}
+        batch_truncates = truncate_events(events)
+        new_truncates = []
+        for e in batch_truncates:
+            if change_id(e.seq) not in known:
+                known.add(change_id(e.seq))
+                new_truncates.append(e)
+        if new_truncates:
+            rows = [{CDC_SEQ: e.seq, CDC_OP: e.op, CDC_EVENT_TIME: e.time} for e in new_truncates]
+            self.truncates.append(pa.Table.from_pylist(rows, TRUNCATE_SCHEMA), None)
+        truncates += new_truncates
+        mirror = self.applier.mirror
+        if not self.key:
+            return 0
+        if not mirror.exists():
+            # Every event of the batch preceded a TRUNCATE the mirror had already applied: the mirror
+            # wrote nothing, the history still keeps them. The mirror is created (empty) to type them.
+            rows = event_rows(events, self.key)
+            if rows.num_rows == 0:
+                return 0
+            self.applier.work.types = source_types(events)
+            self.applier.ensure_table(pc.unique(rows["image"].combine_chunks().keys).to_pylist())
+        schema = mirror.schema()
+        sync_schema(self.history, schema, renamed_columns(events))
+        data = [f.name for f in schema if f.name not in CDC_COLUMNS]
+        typed, dead = self.applier.typed(event_rows(events, self.key))
+        if dead:  # the mirror's own apply reports the values that do not fit (dead letters)
+            log.warning(
+                "history skips events whose values do not fit",
+                table=table_label(self.applier.work.table),
+                events=len(dead),
+            )
+        batch: dict[tuple[Any, ...], list[Event]] = {}
+        for r in typed.to_pylist():
+            row = {c: r[c] for c in data}
+            batch.setdefault(tuple(row[k] for k in self.key), []).append(
+                Event(r[CDC_SEQ], r[CDC_OP], utc(r[CDC_EVENT_TIME]), row, 2)
+            )
+        # A TRUNCATE closes the open version of every key: the batch recomputes them all (rare; the same on a
+        # replay, where the TRUNCATE is stored already).
+        everything = bool(batch_truncates)
+        versions, markers = self._stored(batch, everything)
+        keys = set(batch) | (set(versions) if everything else set())
+        new_versions: list[dict[str, Any]] = []
+        gone: list[dict[str, Any]] = []
+        new_markers: list[dict[str, Any]] = []
+        for k in keys:
+            stored = versions.get(k, [])
+            known_markers = markers.get(k, [])
+            chain_events = [
+                *batch.get(k, []),
+                *truncates,
+                *_from_versions(stored),
+                *_from_markers(known_markers, stored),
+            ]
+            result = chain(chain_events, self.track)
+            starts = {change_id(v.seq) for v in result}
+            marked = {change_id(m.seq) for m in known_markers}
+            for e in chain_events:
+                ident = change_id(e.seq)
+                if e.op != "truncate" and ident not in starts and ident not in marked:
+                    marked.add(ident)
+                    new_markers.append(
+                        {
+                            **dict(zip(self.key, k, strict=True)),
+                            CDC_SEQ: e.seq,
+                            CDC_OP: e.op,
+                            CDC_EVENT_TIME: e.time,
+                        }
+                    )
+            before = {v[CDC_SEQ]: v for v in stored}
+            for v in result:
+                record = v.record()
+                if before.get(v.seq) != record:
+                    new_versions.append(record)
+            kept = {v.seq for v in result}
+            gone += [{**dict(zip(self.key, k, strict=True)), CDC_SEQ: s} for s in before if s not in kept]
+        if new_markers:
+            fields = [self.history.schema().field(k) for k in self.key]
+            self.markers.append(
+                pa.Table.from_pylist(
+                    new_markers, pa.schema([*(f.with_nullable(True) for f in fields), *MARKER_FIELDS])
+                ),
+                None,
+            )
+        self._merge(new_versions, gone, txn)
+        return len(new_versions)
+
+    def _stored_truncates(self) -> list[Event]:
+        if not self.truncates.exists():
+            return []
+        return [
+            Event(r[CDC_SEQ], "truncate", r[CDC_EVENT_TIME], None, 0)
+            for r in self.truncates.read().to_pylist()
+        ]
+
+    def _stored(
+        self, batch: dict[tuple[Any, ...], list[Event]], everything: bool
+    ) -> tuple[dict[tuple[Any, ...], list[dict[str, Any]]], dict[tuple[Any, ...], list[Event]]]:
+        """What the batch can change of the stored versions and markers of its keys (of every key when
+        ``everything``): per key, the version open at the batch's oldest event and everything after it.
+        Older versions are closed by older events, which the batch does not move: their chain up to there
+        stays as it is (so the cost follows the batch, not the length of the keys' histories)."""
+        key = self.key
+        oldest = {k: min(change_id(e.seq) for e in events) for k, events in batch.items()}
+        floors: dict[tuple[Any, ...], str] = {}
+
+        def read(writer: MirrorWriter, versions: bool) -> list[dict[str, Any]]:
+            if not writer.exists() or not (batch or everything):
+                return []
+            if everything:
+                return writer.read().to_pylist()
+            first = pa.array(sorted({k[0] for k in batch}), writer.schema().field(key[0]).type)
+            table = writer.read_keys(key[0], first, writer.schema().names)
+            # Decide on the key and seq columns alone; only the rows kept become Python values.
+            idents = [change_id(s) for s in table[CDC_SEQ].to_pylist()]
+            keys = list(zip(*(table[c].to_pylist() for c in key), strict=True))
+            if versions:
+                for k, ident in zip(keys, idents, strict=True):
+                    if k in oldest and ident < oldest[k] and ident > floors.get(k, ""):
+                        floors[k] = ident  # the newest version that started before the batch
+            mask = [k in oldest and ident >= floors.get(k, "") for k, ident in zip(keys, idents, strict=True)]
+            return table.filter(pa.array(mask, pa.bool_())).to_pylist()
+
+        versions: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        for r in read(self.history, True):
+            versions.setdefault(tuple(r[c] for c in key), []).append(r)
+        markers: dict[tuple[Any, ...], list[Event]] = {}
+        for r in read(self.markers, False):
+            markers.setdefault(tuple(r[c] for c in key), []).append(
+                Event(r[CDC_SEQ], r[CDC_OP], r[CDC_EVENT_TIME], None, 0)
+            )
+        return versions, markers
+
+    def _merge(self, versions: list[dict[str, Any]], gone: list[dict[str, Any]], txn: Txn) -> None:
+        """Replace the changed versions of the touched keys: one commit carrying the batch's transaction."""
+        if not versions and not gone:
+            self.history.mark(txn)
+            return
+        schema = self.history.schema()
+        rows = [{**v, "_gone": False} for v in versions] + [{**g, "_gone": True} for g in gone]
+        source = pa.Table.from_pylist(
+            rows, pa.schema([*(f.with_nullable(True) for f in schema), pa.field("_gone", pa.bool_())])
+        )
+        from deltalake import DeltaTable
+
+        from replicator.sinks.delta_rs import _commit
+
+        on = " AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in [*self.key, CDC_SEQ])
+        bounds = key_range(source, self.key)
+        if bounds:
+            on = f"{on} AND {bounds}"
+        columns = {c: f"s.{quote(c)}" for c in schema.names}
+        (
+            DeltaTable(self.history.path)
+            .merge(source, predicate=on, source_alias="s", target_alias="t", commit_properties=_commit(txn))
+            .when_matched_delete(predicate="s._gone")
+            .when_matched_update(updates=columns, predicate="NOT s._gone")
+            .when_not_matched_insert(updates=columns, predicate="NOT s._gone")
+            .execute()
+        )
+
+
+def _from_versions(stored: list[dict[str, Any]]) -> list[Event]:
+    data = [c for c in (stored[0] if stored else {}) if c not in HISTORY_COLUMNS]
+    return [Event(v[CDC_SEQ], v[CDC_OP], utc(v[VALID_FROM]), {c: v[c] for c in data}, 1) for v in stored]
+
+
+def _from_markers(markers: list[Event], stored: list[dict[str, Any]]) -> list[Event]:
+    """Markers as events; an in-place update takes the image of the version it was folded into."""
+    starts = sorted(stored, key=lambda v: change_id(v[CDC_SEQ]))
+    data = [c for c in (stored[0] if stored else {}) if c not in HISTORY_COLUMNS]
+    out = []
+    for m in markers:
+        if m.op in OPENS:
+            holder = [v for v in starts if change_id(v[CDC_SEQ]) <= change_id(m.seq)]
+            if not holder:
+                continue
+            m = replace(m, row={c: holder[-1][c] for c in data})
+        out.append(replace(m, time=utc(m.time)))
+    return out
+
+
+# ---- bootstrap from table files ---------------------------------------------------------------------------
+def seed_snapshot(writer: WriterFactory, mirror: MirrorWriter, rows: pa.Table, txn: Txn) -> None:
+    """A bootstrap's snapshot rows (in the mirror's schema, ``_cdc_*`` columns of ``bootstrap.with_cdc``)
+    open the first version of each key at the snapshot's time, appended with the file's transaction."""
+    history = writer(history_path(mirror.path))
+    done = history.applied_version(txn.app_id)
+    if done is not None and done >= txn.version:
+        return
+    sync_schema(history, mirror.schema())
+    n = rows.num_rows
+    data = [f.name for f in mirror.schema() if f.name not in CDC_COLUMNS]
+    versions = rows.select(data)
+    for name, column in (
+        (VALID_FROM, rows[CDC_EVENT_TIME]),
+        (VALID_TO, pa.nulls(n, UTC_TS)),
+        (CURRENT, pa.array([True] * n, pa.bool_())),
+        (CDC_OP, rows[CDC_OP]),
+        (CDC_SEQ, rows[CDC_SEQ]),
+    ):
+        versions = versions.append_column(name, column)
+    history.append(versions.cast(history.schema()), txn)
+
+
+# ---- the engine's hook -------------------------------------------------------------------------------------
+def record_history(
+    config: JobConfig,
+    state: State,
+    writer: WriterFactory,
+    events: pa.Table,
+    results: list[TableResult],
+    links: list[tuple[TableId, TableId, str]],
+    batch_id: int,
+    *,
+    timezone: str = "UTC",
+    zero_dates: str = "null",
+) -> dict[str, int]:
+    """After a batch's mirrors are applied: the history of every history-enabled table among ``results``.
+
+    ``events``: the batch's decoded events (DML and barriers, with ``seq_text``) of any tables; ``links``:
+    the batch's renames (old, new, seq_text), whose history moves with the mirror, the old name's events
+    up to the rename going to the new name's history. Returns versions written per table."""
+    if not config.tables.history or events.num_rows == 0:
+        return {}
+    by_table = dict(split_by_table(events))
+    for old, new, seq in links:
+        _move(config, state, writer, old, new, batch_id)
+        if old in by_table:
+            rows = by_table.pop(old)
+            early = pc.less_equal(rows["seq_text"], seq)
+            by_table[new] = pa.concat_tables(
+                [t for t in (by_table.get(new), rows.filter(early)) if t is not None]
+            )
+            if pc.any(pc.invert(early)).as_py():
+                by_table[old] = rows.filter(pc.invert(early))
+    targets = {new for _old, new, _seq in links}
+    written: dict[str, int] = {}
+    # Renamed-to tables first: a replay after a crash finds their history done before the old name moves.
+    for result in sorted(results, key=lambda r: r.table not in targets):
+        table, table_state = result.table, result.state
+        name = f"{table[0]}.{table[2]}"
+        if table_state is None or table not in by_table or not config.tables.history_for(name):
+            continue
+        rows = by_table[table]
+        if table_state.dropped and table_state.truncate_seq:  # renamed away or dropped: as the mirror does
+            rows = rows.filter(pc.greater(rows["seq_text"], table_state.truncate_seq))
+            if rows.num_rows == 0:
+                continue
+        mirror = writer(table_state.mirror)
+        work = TableBatch(table, mirror, rows.slice(0, 0), [], {}, table_state)
+        applier = TableApplier(work, state, batch_id, timezone=timezone, zero_dates=zero_dates)
+        root = markers_root(state, table)
+        history = HistoryTable(
+            applier,
+            writer(history_path(table_state.mirror)),
+            writer(root / "markers"),
+            writer(root / "truncates"),
+            config.tables.tracked(name),
+        )
+        written[table_label(table)] = history.apply(rows, state.txn(batch_id))
+    return written
+
+
+def _move(
+    config: JobConfig, state: State, writer: WriterFactory, old: TableId, new: TableId, batch_id: int
+) -> None:
+    """The old name's history (and markers) to the new name, once (a replayed batch finds it moved)."""
+    target = Path(config.target.path)
+    source = writer(history_path(target.joinpath(*_parts(old))))
+    if not source.exists():
+        return
+    moved = writer(history_path(target.joinpath(*_parts(new))))
+    if moved.exists():
+        done = moved.applied_version(state.txn(batch_id).app_id)
+        if done is not None and done >= batch_id:
+            return
+        moved.move_to(f"{moved.path}.replaced-{batch_id}")
+    source.move_to(moved.path)
+    markers, markers_to = markers_root(state, old), markers_root(state, new)
+    if markers.exists():
+        if markers_to.exists():
+            writer(markers_to).move_to(f"{markers_to}.replaced-{batch_id}")
+        writer(markers).move_to(markers_to)
+
+
+__all__ = ["HistoryTable", "history_path", "markers_root", "record_history", "seed_snapshot"]
