@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from replicator.config import RouteRule
 
 # Records decoded at once: a slice's events stay a few tens of MB in the worker.
-SLICE_ROWS = 20_000
+SLICE_ROWS = 10_000
 DEAD_COLUMNS = ("dialect", "database", "table", "error", "raw", "coordinates")
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 # What the fold (and the few lookups after it) read of a DML event.
@@ -276,6 +276,33 @@ def _uri(root: str) -> str:
     return "file://" + os.path.abspath(root)
 
 
+def _slim(dml: pa.Table) -> pa.Table:
+    """``before`` is read only for a delete and for an update that changes the key (the fold, history):
+    left out of the cached events elsewhere (an update's old image is a third of a canal batch)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    op = dml["op"]
+    update = pc.equal(op, "update")
+    if not pc.any(update).as_py():
+        return dml
+    before, after = dml["before"], dml["after"]
+    keys = pc.binary_join(dml["primary_key"], "\x1f")
+    needed = pc.or_(pc.equal(op, "delete"), pc.and_(update, pc.fill_null(pc.equal(keys, ""), True)))
+    for text in pc.unique(pc.filter(keys, update)).to_pylist():
+        if not text:
+            continue  # no key named: the job file's or the registry's applies later, so keep the image
+        differs = pa.repeat(pa.scalar(False), dml.num_rows)
+        for column in text.split("\x1f"):
+            changed = pc.not_equal(
+                pc.map_lookup(before, column, "first"), pc.map_lookup(after, column, "first")
+            )
+            differs = pc.or_(differs, pc.fill_null(changed, False))
+        needed = pc.or_(needed, pc.and_(pc.and_(update, pc.equal(keys, text)), differs))
+    slim = pc.if_else(needed, before, pa.nulls(dml.num_rows, before.type))
+    return dml.set_column(dml.schema.get_field_index("before"), "before", slim)
+
+
 def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """One task: its input rows -> payload rows (events per slice, then the task's small results)."""
     import pyarrow as pa
@@ -315,7 +342,7 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
                 if dml.num_rows:
                     # Cached for the fold: the columns it reads (type maps, DDL text and barrier events
                     # are in the small results already).
-                    yield from payload.rows([("events", 0, dml.select(list(FOLD_COLUMNS)))])
+                    yield from payload.rows([("events", 0, _slim(dml.select(list(FOLD_COLUMNS))))])
     small = [("groups", groups), ("types", types), ("barriers", barriers), ("dead", dead)]
     yield from payload.rows((kind, 0, payload.concat(parts)) for kind, parts in small if parts)
     if changelog is not None:

@@ -191,7 +191,10 @@ def files_stream(spark: SparkSession, config: JobConfig) -> DataFrame:
     reader = reader.option("recursiveFileLookup", "true")
     if config.source.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(config.source.max_files_per_trigger))
-    return reader.load(str(config.source.path))
+    # Selected here, in the streaming plan: a micro-batch reaches foreachBatch as rows already read, so a
+    # projection there would not keep Spark from reading every file's content into the JVM (measured:
+    # the content column of a 1M-event batch, 775 MB, went through the JVM for nothing).
+    return reader.load(str(config.source.path)).select("path", "modificationTime")
 
 
 def read_path(path: str) -> pa.Table:

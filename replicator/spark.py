@@ -21,7 +21,8 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
-    "spark.driver.memory": "2g",  # the JVM caches a batch's decoded events (spilling to disk past this)
+    # The JVM moves and caches (on disk) a batch's events as a few large binary values: a small heap does.
+    "spark.driver.memory": "1g",
     # Only a batch's net changes and small results reach the driver (replicator.engine).
     "spark.driver.maxResultSize": "2g",
     "spark.sql.adaptive.enabled": "true",
@@ -30,6 +31,9 @@ LOCAL_DEFAULTS: dict[str, str] = {
 REQUIRED: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+    # The decode tasks' output is cached (on disk) as rows of one Arrow payload each (replicator.payload):
+    # a few rows per cached batch keep the JVM's buffers to a few payloads, not a task's whole output.
+    "spark.sql.inMemoryColumnarStorage.batchSize": "4",
     # The change log's Parquet files are committed to Delta, which reads microsecond timestamps.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
