@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from replicator import ddl
-from replicator.apply import CDC_FIELDS, DeadRow, is_untyped
-from replicator.barriers import resolve_ref
+from replicator.apply.barriers import resolve_ref
+from replicator.apply.table import CDC_FIELDS, DeadRow, is_untyped
 from replicator.config import JobConfig, SchemaPolicy
-from replicator.engine import RecordFailed
+from replicator.errors import SchemaChangeFailed
 from replicator.logging import get_logger
 from replicator.model import table_label
 from replicator.routing import META_DATABASE, META_TABLE, SOURCE_COLUMNS, SOURCE_DATABASE, SOURCE_TABLE
@@ -35,15 +35,10 @@ from replicator.state import TableState
 from replicator.types import column_type, parse_values
 
 if TYPE_CHECKING:
-    from replicator.apply import TableApplier
-    from replicator.changelog import TableId
+    from replicator.apply.table import TableApplier
+    from replicator.model import TableId
 
-log = get_logger("replicator.schema_changes")
-
-
-class SchemaChangeFailed(RecordFailed):
-    """``schema_evolution: fail`` met a DDL that changes a mirror; the message names statement, table and
-    position."""
+log = get_logger("replicator.apply.schema")
 
 
 class SchemaApplyError(RuntimeError):

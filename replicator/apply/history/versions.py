@@ -1,5 +1,5 @@
 """History versions, pure: events -> each key's chain of versions; decoded events -> rows to type; the
-history table's schema following its mirror's (see replicator/history/__init__.py)."""
+history table's schema following its mirror's (see replicator/apply/history/__init__.py)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator import ddl
-from replicator.changelog import IMAGE_TYPE, PATCH_META, keep
+from replicator.fold.arrow import IMAGE_TYPE, PATCH_META, keep
 from replicator.logging import get_logger
 from replicator.model import CDC_COLUMNS, CDC_EVENT_TIME, CDC_OP, CDC_SEQ, DML_OPS
 from replicator.sinks.base import MirrorWriter
 
-log = get_logger("replicator.history")
+log = get_logger("replicator.apply.history")
 
 VALID_FROM = "_cdc_valid_from"
 VALID_TO = "_cdc_valid_to"
