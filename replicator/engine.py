@@ -1,10 +1,20 @@
-"""The micro-batch: decode (executors) -> keys, barriers -> fold (executors) -> per-table apply -> state.
+"""The micro-batch: source -> decode (executors) -> keys, barriers -> fold (executors) -> apply -> record.
 
-Spark runs the data plane: the batch's records are read and decoded by Spark tasks (replicator.decode),
-which also write the change log's files; the fold runs as two Spark stages around one shuffle
-(replicator.fold). The driver receives only the small results (summary counts, barrier events, dead
-letters, type maps, the change-log files to commit) and the net changes, applies them per table (delta-rs
-from the driver, in parallel threads) and records state. docs/performance.md has the phases and costs.
+Each stage is a module or package of its own name, and imports go one way (tests/test_layout.py):
+
+- ``replicator.sources``: the batch's records (a Kafka DataFrame, or the listing of its files);
+- ``replicator.decode``: Spark tasks read and decode them with the dialects (mapInArrow), write the change
+  log's files and return payload rows (``replicator.payload``): the DML events stay in Spark's cache, the
+  driver collects the small results (summary counts, barrier events, dead letters, type maps, change-log
+  files to commit);
+- keys and barriers (``replicator.apply.barriers``), on the driver, from those small results;
+- ``replicator.fold``: two Spark stages around one shuffle (the Arrow fold is ``replicator.fold.arrow``);
+  only the net changes reach the driver;
+- ``replicator.apply``: per table, in parallel threads: typing, guarded MERGE, DDL (``apply.schema``),
+  tombstones, phases, history tables;
+- ``replicator.state``: registry, change log, dead letters and the batch summary are recorded.
+
+This module calls them in that order, with the batch's phases timed. docs/performance.md has the costs.
 """
 
 from __future__ import annotations
