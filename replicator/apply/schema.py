@@ -1,8 +1,8 @@
 """Apply barrier events (DDL, TRUNCATE) to a mirror under the table's schema-evolution policy.
 
-``barrier_handler(config)`` returns the ``on_barrier`` hook of :class:`replicator.apply.TableApplier`: the
-event is parsed into change objects (replicator.ddl) and each one is applied by :func:`apply_change`, a
-``functools.singledispatch`` over the change types. Policies (docs/schema-evolution.md):
+``barrier_handler(config)`` returns the ``on_barrier`` hook of :class:`replicator.apply.table.TableApplier`:
+the event is parsed into change objects (replicator.ddl) and each one is applied by :func:`apply_change`,
+a ``functools.singledispatch`` over the change types. Policies (docs/schema-evolution.md):
 
 - ``lenient`` (default) never loses data: add columns, keep dropped ones, add renamed ones under the new
   name, widen types when lossless, keep dropped tables (marked ``dropped``);
@@ -552,5 +552,5 @@ class BarrierHandler:
 
 
 def barrier_handler(config: JobConfig) -> Callable[[TableApplier, dict[str, Any]], None]:
-    """The ``on_barrier`` hook for :class:`replicator.apply.TableApplier` (engine.py installs it)."""
+    """The ``on_barrier`` hook for :class:`replicator.apply.table.TableApplier` (engine.py installs it)."""
     return BarrierHandler(config)

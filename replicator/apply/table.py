@@ -134,7 +134,7 @@ class TableApplier:
                     source_type=self.work.types.get(name),
                 )
             # A string column only because no message declared a type (CKafka format one): marked, so that a
-            # later CREATE / ALTER declaring its type retypes it (schema_changes.change_type).
+            # later CREATE / ALTER declaring its type retypes it (apply.schema.change_type).
             untyped = UNTYPED if name not in self.work.types else None
             fields.append(pa.field(name, ctype.arrow, nullable=name not in key, metadata=untyped))
         if not self.mirror.exists():

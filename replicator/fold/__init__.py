@@ -2,7 +2,7 @@
 
 Two ``mapInArrow`` stages around one shuffle, the partial-then-final shape of a Spark aggregate:
 
-1. every task folds its own events (``changelog.fold``, barriers and keys from the driver) and turns the
+1. every task folds its own events (``fold.arrow.fold``, barriers and keys from the driver) and turns the
    winners back into events, split into buckets by a hash of (table, key);
 2. one shuffle brings each bucket's partial results together; a task folds them again.
 
@@ -100,7 +100,7 @@ def _as_events(table: TableId, folded: pa.Table) -> pa.Table:
             "seq_text": folded["seq_text"],
             "event_time": folded["event_time"],
             "position": folded["position"],
-            "meta": folded["meta"],  # keeps meta.seq_system (changelog._segments)
+            "meta": folded["meta"],  # keeps meta.seq_system (fold.arrow._segments)
             "coordinates": folded["coordinates"],
         }
     )

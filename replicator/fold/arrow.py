@@ -251,7 +251,7 @@ def _folded(segment: pa.Array, keys: pa.Array, op: pa.Array, image: pa.Array, ro
             "event_time": rows["event_time"],
             "position": rows["position"],
             "coordinates": rows["coordinates"],
-            # the winner's meta: its seq_system orders it against barriers when folded again (fold.py)
+            # the winner's meta: its seq_system orders it against barriers when folded again (replicator.fold)
             "meta": rows["meta"] if "meta" in rows.column_names else pa.nulls(n, IMAGE_TYPE),
             "patches": pa.nulls(n, pa.list_(pa.string())),
             "has_patches": _constant(False, n),

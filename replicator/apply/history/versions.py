@@ -121,7 +121,7 @@ def _same(a: dict[str, Any], b: dict[str, Any], track: Sequence[str]) -> bool:
 
 def event_rows(events: pa.Table, key: Sequence[str]) -> pa.Table:
     """A table's DML events -> one row per event in the columns ``TableApplier.typed`` reads (those of
-    ``changelog.fold``'s output): the image is ``after`` (``before`` for a delete); an update that changes
+    ``fold.arrow.fold``'s output): the image is ``after`` (``before`` for a delete); an update that changes
     the key is also a delete of the old key, as the fold makes it."""
     events = keep(events, pc.is_in(events["op"], pa.array(DML_OPS)))
     patches = pc.is_valid(pc.map_lookup(events["meta"], PATCH_META, "first"))
