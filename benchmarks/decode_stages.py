@@ -32,9 +32,8 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workload import events
 
-from replicator.changelog import seq_texts
 from replicator.dialects.base import Decoder, decode, gc_paused
-from replicator.dialects.events import At, Events
+from replicator.dialects.events import At, Events, seq_texts
 from replicator.sources import raw_schema
 
 

@@ -32,7 +32,7 @@ def run(workdir: Path, history: bool) -> list[dict]:
         job.write_text(job.read_text() + 'tables: {history: ["bench.*"]}\n')
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "replicator.cli", "mirror", "--config", str(job), "--available-now"],
+        [sys.executable, "-m", "replicator.commands.cli", "mirror", "--config", str(job), "--available-now"],
         capture_output=True,
         text=True,
         cwd=REPO,

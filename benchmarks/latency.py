@@ -84,7 +84,7 @@ def main() -> None:
     (work / "landing").mkdir(parents=True)
     write_job(work, "latency", trigger="1 second")
     job = subprocess.Popen(
-        [sys.executable, "-m", "replicator.cli", "mirror", "--config", "job.yaml"],
+        [sys.executable, "-m", "replicator.commands.cli", "mirror", "--config", "job.yaml"],
         cwd=work,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

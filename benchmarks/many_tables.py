@@ -37,8 +37,8 @@ def write(folder: Path, count: int, tables: int) -> None:
 
 
 def run_once(spark, work: Path, count: int, tables: int) -> dict:  # type: ignore[no-untyped-def]
+    from replicator.commands.runner import MirrorJob
     from replicator.config import parse_config
-    from replicator.runner import MirrorJob
 
     shutil.rmtree(work, ignore_errors=True)
     write(work / "landing", count, tables)

@@ -183,7 +183,15 @@ def run_once(job: Path, log: Path, kill_after: float | None) -> tuple[str, float
     started = time.monotonic()
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "replicator.cli", "mirror", "--config", str(job), "--available-now"],
+            [
+                sys.executable,
+                "-m",
+                "replicator.commands.cli",
+                "mirror",
+                "--config",
+                str(job),
+                "--available-now",
+            ],
             cwd=REPO,
             stdout=out,
             stderr=subprocess.STDOUT,

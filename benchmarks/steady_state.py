@@ -88,7 +88,7 @@ def events(folder: Path, rows: int, batches: int, per_batch: int, keys: str) -> 
 def run(args: list[str], cwd: Path) -> tuple[float, str]:
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "replicator.cli", *args], cwd=cwd, capture_output=True, text=True
+        [sys.executable, "-m", "replicator.commands.cli", *args], cwd=cwd, capture_output=True, text=True
     )
     if proc.returncode != 0:
         raise SystemExit(f"replicator {args[0]} failed:\n{proc.stderr[-4000:]}")

@@ -59,7 +59,7 @@ def run_mirror(workdir: Path, files_per_trigger: int) -> tuple[float, int, str]:
     job = write_job(workdir, "bench", files_per_trigger)
     started = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "replicator.cli", "mirror", "--config", str(job), "--available-now"],
+        [sys.executable, "-m", "replicator.commands.cli", "mirror", "--config", str(job), "--available-now"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -2,7 +2,7 @@
 
 import sys
 
-from replicator.cli import main
+from replicator.commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["mirror", *sys.argv[1:]]))

@@ -1,5 +1,5 @@
 """Schema changes as data: frozen pydantic models in one union (pyiceberg style), made by replicator.ddl
-from DDL text or tableChanges and applied by replicator.schema_changes."""
+from DDL text or tableChanges and applied by replicator.apply.schema."""
 
 from __future__ import annotations
 

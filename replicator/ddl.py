@@ -1,7 +1,7 @@
 """Schema changes as data: DDL text (sqlglot) or a structural ``tableChanges`` -> frozen change objects.
 
 A barrier event (``op = ddl | truncate``) becomes a list of changes from one union (pyiceberg style), which
-replicator.schema_changes applies to the mirror under the job's policy. Column types keep the source text
+replicator.apply.schema applies to the mirror under the job's policy. Column types keep the source text
 (``decimal(12,2)``, ``varchar(255)``, ``timestamp without time zone``) so that ``types.column_type`` maps
 them like the types DML messages carry. A statement that cannot be read raises :class:`DdlError`: a schema
 change is never skipped silently.

@@ -126,8 +126,8 @@ READERS: dict[str, Callable[[pa.RecordBatch, int], Iterator[pa.Table]]] = {
 
 def decoded_events(plan: DecodePlan, records: pa.Table) -> pa.Table:
     """One slice of raw records -> its routed events (already decoded slices pass through)."""
-    from replicator.changelog import seq_texts
     from replicator.dialects.base import decode
+    from replicator.dialects.events import seq_texts
     from replicator.routing import route
 
     if plan.source == "events":  # replayed change-log events: decoded and routed when first applied

@@ -1,10 +1,20 @@
-"""The micro-batch: decode (executors) -> keys, barriers -> fold (executors) -> per-table apply -> state.
+"""The micro-batch: source -> decode (executors) -> keys, barriers -> fold (executors) -> apply -> record.
 
-Spark runs the data plane: the batch's records are read and decoded by Spark tasks (replicator.decode),
-which also write the change log's files; the fold runs as two Spark stages around one shuffle
-(replicator.fold). The driver receives only the small results (summary counts, barrier events, dead
-letters, type maps, the change-log files to commit) and the net changes, applies them per table (delta-rs
-from the driver, in parallel threads) and records state. docs/performance.md has the phases and costs.
+Each stage is a module or package of its own name, and imports go one way (tests/test_layout.py):
+
+- ``replicator.sources``: the batch's records (a Kafka DataFrame, or the listing of its files);
+- ``replicator.decode``: Spark tasks read and decode them with the dialects (mapInArrow), write the change
+  log's files and return payload rows (``replicator.payload``): the DML events stay in Spark's cache, the
+  driver collects the small results (summary counts, barrier events, dead letters, type maps, change-log
+  files to commit);
+- keys and barriers (``replicator.apply.barriers``), on the driver, from those small results;
+- ``replicator.fold``: two Spark stages around one shuffle (the Arrow fold is ``replicator.fold.arrow``);
+  only the net changes reach the driver;
+- ``replicator.apply``: per table, in parallel threads: typing, guarded MERGE, DDL (``apply.schema``),
+  tombstones, phases, history tables;
+- ``replicator.state``: registry, change log, dead letters and the batch summary are recorded.
+
+This module calls them in that order, with the batch's phases timed. docs/performance.md has the costs.
 """
 
 from __future__ import annotations
@@ -17,21 +27,34 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replicator.apply import DeadRow, TableApplier, TableBatch, TableResult
-from replicator.barriers import declared_keys, plan_barriers, rename_units
-from replicator.changelog import Barrier, TableId, no_changes, seq_system
+from replicator.apply import (
+    DeadRow,
+    TableApplier,
+    TableBatch,
+    TableResult,
+    advance_all,
+    after_horizon,
+    barrier_handler,
+    bulk_load,
+    declared_keys,
+    expire_tombstones,
+    plan_barriers,
+    record_history,
+    rename_units,
+    table_activity,
+    with_declared_types,
+)
 from replicator.config import JobConfig
-from replicator.declared_types import with_declared_types
 from replicator.decode import DecodedBatch, DecodePlan
 from replicator.dialects.base import DecodeOptions
+from replicator.errors import RecordFailed
 from replicator.fold import FoldPlan, fold_batch
+from replicator.fold.arrow import Barrier, no_changes, seq_system
 from replicator.logging import get_logger
-from replicator.model import BARRIER_OPS, DML_OPS, table_label
-from replicator.phases import advance_all, after_horizon, bulk_load, table_activity
+from replicator.model import BARRIER_OPS, DML_OPS, TableId, table_label
 from replicator.sinks import writer_factory
 from replicator.sources import batch_inputs
 from replicator.state import DEAD_LETTER_SCHEMA, BatchSummary, State, TableState, now
-from replicator.tombstones import expire_tombstones
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -52,14 +75,8 @@ class Phases:
         self._t = t
 
 
-class RecordFailed(RuntimeError):
-    """``on_error: fail``: a record could not be applied; the message names it."""
-
-
 class Engine:
     def __init__(self, config: JobConfig) -> None:
-        from replicator.schema_changes import barrier_handler
-
         self.config = config
         self.writer = writer_factory(config.target.writer)
         self.state = State(config.state.path, config.name, self.writer)
@@ -229,9 +246,7 @@ class Engine:
         if changelog is not None:
             changelog.result()  # a failed change-log commit fails the batch (it is retried whole)
         history = [t for t in {*selected, *barrier_only} if self.config.tables.history_for(f"{t[0]}.{t[2]}")]
-        if history:  # history tables (replicator.history): every event, after the mirrors
-            from replicator.history import record_history
-
+        if history:  # history tables (replicator.apply.history): every event, after the mirrors
             record_history(
                 self.config,
                 self.state,
@@ -490,4 +505,4 @@ def _spark() -> SparkSession:
     return get_spark()
 
 
-__all__ = ["Engine", "RecordFailed"]
+__all__ = ["Engine"]

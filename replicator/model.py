@@ -46,6 +46,8 @@ CDC_EVENT_TIME = "_cdc_event_time"
 CDC_POSITION = "_cdc_position"
 CDC_COLUMNS: tuple[str, ...] = (CDC_OP, CDC_SEQ, CDC_EVENT_TIME, CDC_POSITION)
 
+TableId = tuple[str, str | None, str]  # database, schema, table
+
 SEQ_WIDTH = 19  # digits of the largest BIGINT
 
 

@@ -17,7 +17,7 @@ from replicator.dialects.events import decoded_schema
 from replicator.sinks.base import MirrorWriter, Txn, WriterFactory
 
 if TYPE_CHECKING:
-    from replicator.changelog import TableId
+    from replicator.model import TableId
 
 
 def _changelog_schema() -> pa.Schema:

@@ -148,7 +148,7 @@ class Runner:
 def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     """The ``replicator`` command in a process of its own (Spark on 2 cores), output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "replicator.cli", *args],
+        [sys.executable, "-m", "replicator.commands.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

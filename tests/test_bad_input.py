@@ -28,7 +28,7 @@ from decimal import Decimal
 
 import pytest
 
-from replicator.status import collect_status
+from replicator.commands.status import collect_status
 from tests.helpers import ORDER_TYPES, Runner, canal, ddl, job, order
 
 ES = 1_700_000_000_000

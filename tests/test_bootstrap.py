@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from replicator.bootstrap import BootstrapError, bootstrap
+from replicator.commands.bootstrap import BootstrapError, bootstrap
 from replicator.positions import horizon, parse_position
 from tests.drs import dml, init_ddl, item, reference
 from tests.helpers import Runner, canal, ddl, job, order, write_jsonl
@@ -204,7 +204,7 @@ def test_cli_bootstrap_and_status(tmp_path):
 
     def cli(*args):
         return subprocess.run(
-            [sys.executable, "-m", "replicator.cli", *args, "--config", str(tmp_path / "job.yaml")],
+            [sys.executable, "-m", "replicator.commands.cli", *args, "--config", str(tmp_path / "job.yaml")],
             capture_output=True,
             text=True,
             timeout=300,

@@ -70,7 +70,7 @@ def test_a_cluster_mirrors_what_a_local_run_mirrors(cluster, tmp_path):
         [
             sys.executable,
             "-m",
-            "replicator.cli",
+            "replicator.commands.cli",
             "mirror",
             "--config",
             str(_job(tmp_path, "local", landing)),
@@ -103,7 +103,7 @@ def test_a_cluster_mirrors_what_a_local_run_mirrors(cluster, tmp_path):
         [
             sys.executable,
             "-m",
-            "replicator.cli",
+            "replicator.commands.cli",
             "mirror",
             "--config",
             str(_job(tmp_path, "command", landing)),

@@ -82,7 +82,7 @@ def test_durations():
 
 
 def test_cli_config_error_exits_before_spark(tmp_path, capsys):
-    from replicator.cli import main
+    from replicator.commands.cli import main
 
     code = main(["mirror", "--config", str(write(tmp_path, GOOD.replace("canal-json", "nope")))])
     assert code == 2

@@ -50,13 +50,13 @@ TABLES = ("orders", "customers")
 NOTE_TYPES = {**ORDER_TYPES, "note": "varchar(16)"}
 NAMES = ["ann", "bob", "王小明", "zoë", "o'neil", ""]
 ENV = {**os.environ, "REPLICATOR_SPARK_MASTER": "local[2]"}
-MIRROR = [sys.executable, "-m", "replicator.cli", "mirror", "--config"]
+MIRROR = [sys.executable, "-m", "replicator.commands.cli", "mirror", "--config"]
 
 # Runs the CLI with one crash hook installed; the hook SIGKILLs its own process (no cleanup, no flush).
 # Tables are applied one at a time so that "between two tables' commits" is a well-defined instant.
 HARNESS = textwrap.dedent("""
     import os, signal, sys, threading
-    from replicator.apply import TableApplier
+    from replicator.apply.table import TableApplier
     from replicator.sinks.delta_rs import DeltaRsWriter
     from replicator.state import State
 
@@ -105,7 +105,7 @@ HARNESS = textwrap.dedent("""
         after(State, "record_batch", lambda self, summary: summary.batch_id == at)
     else:
         raise SystemExit(f"unknown crash point {point}")
-    from replicator.cli import main
+    from replicator.commands.cli import main
     sys.exit(main(["mirror", "--config", sys.argv[1], "--available-now"]))
 """)
 

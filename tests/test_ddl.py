@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from replicator import ddl
-from replicator.barriers import plan_barriers, rename_links
+from replicator.apply.barriers import plan_barriers, rename_links
 from replicator.types import column_type
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -11,7 +11,7 @@ from chispa import assert_df_equality
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replicator.deadletters import RETRY_BATCH_BASE, print_summary, read_marks, retry, summarize
+from replicator.commands.deadletters import RETRY_BATCH_BASE, print_summary, read_marks, retry, summarize
 from replicator.sinks import writer_factory
 from replicator.state import State
 from tests.helpers import Runner, delta_table, job, write_jsonl
@@ -141,7 +141,7 @@ def test_retry_keeps_newer_values_and_a_failing_record_stays_a_dead_letter(spark
 
 
 def test_an_interrupted_retry_is_finished_with_its_own_batch_id(spark, tmp_path):
-    from replicator.deadletters import RETRIES_SCHEMA, RETRY_JOB_SUFFIX
+    from replicator.commands.deadletters import RETRIES_SCHEMA, RETRY_JOB_SUFFIX
     from replicator.sinks.base import Txn
     from replicator.state import now
 

@@ -83,11 +83,12 @@ def test_create_then_format_one_dml_gives_a_typed_mirror(spark, tmp_path):
 
 
 def test_fold_orders_a_barrier_and_dml_of_other_systems_by_delivery():
-    """changelog.fold, no engine: DML delivered after a barrier of another coordinate system falls in the
+    """fold.arrow.fold, no engine: DML delivered after a barrier of another coordinate system falls in the
     segment after it although its seq's order part is smaller; DML of the barrier's own system is still
     compared by seq."""
-    from replicator.changelog import Barrier, fold, seq_texts
     from replicator.dialects.base import decode
+    from replicator.dialects.events import seq_texts
+    from replicator.fold.arrow import Barrier, fold
     from tests.dialects.golden import raw_records
 
     lines = [create("orders"), *messages("orders")[1:3]]

@@ -215,7 +215,7 @@ def test_dead_letter_kinds(runner, tmp_path, line, error):
 
 
 def test_on_error_fail_stops_naming_the_record(spark, tmp_path):
-    from replicator.engine import RecordFailed
+    from replicator.errors import RecordFailed
 
     runner = Runner(spark, job(tmp_path, on_error="fail"))
     with pytest.raises(RecordFailed, match=r"m\.jsonl:2 .*not JSON"):

@@ -84,7 +84,7 @@ def test_keyless_format_takes_keys_from_the_job_file(spark, tmp_path):
 
 
 def test_decode_command_prints_one_event_per_line(tmp_path, capsys, spark):
-    from replicator.cli import main
+    from replicator.commands.cli import main
 
     assert main(["decode", str(FIXTURES / "canal-json" / "seed002-update-multirow.json"), "--json"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

@@ -1,4 +1,4 @@
-"""History tables (SCD type 2, replicator.history) through the real engine: worked examples.
+"""History tables (SCD type 2, replicator.apply.history) through the real engine: worked examples.
 
 The property over delivery orders, batch splits and redelivery is in tests/test_history_properties.py.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from replicator.history import Event, chain
+from replicator.apply.history import Event, chain
 from tests.helpers import Runner, canal, ddl, delta_table, job, order
 
 T = 1_700_000_000_000  # ms
@@ -212,7 +212,7 @@ def test_chain_orders_by_seq_and_dedupes():
 def test_replay_rebuilds_the_history_as_of_a_time(spark, tmp_path):
     """``replay --as-of`` runs the same batch code over the change log: the history as of the cut is the
     live history's versions that started by then, those ended after it still current."""
-    from replicator.replay import replay
+    from replicator.commands.replay import replay
 
     config = job(tmp_path, tables={"history": ["shop.*"]})
     runner = Runner(spark, config)
@@ -241,7 +241,7 @@ def test_replay_rebuilds_the_history_as_of_a_time(spark, tmp_path):
 def test_bootstrap_from_table_files_opens_the_first_versions(spark, tmp_path):
     """Snapshot rows open a version each (``_cdc_op = snapshot``, from the snapshot's time: NULL when the
     snapshot names none); the mirror's events after the position go on from there."""
-    from replicator.bootstrap import bootstrap
+    from replicator.commands.bootstrap import bootstrap
     from tests.test_bootstrap import POSITION, write_snapshot
 
     config = job(tmp_path, tables={"keys": {"shop.orders": ["id"]}, "history": ["shop.*"]})

@@ -20,7 +20,7 @@ from tests.test_crash import TABLES, finish, kill_group, mirror_rows, start, txn
 
 HARNESS = textwrap.dedent("""
     import os, signal, sys
-    from replicator.history.table import HistoryTable
+    from replicator.apply.history.table import HistoryTable
 
     point, _, at = sys.argv[2].partition("@")
     at = int(at)
@@ -36,7 +36,7 @@ HARNESS = textwrap.dedent("""
             die()
         return original(self, *args)
     setattr(HistoryTable, name, hooked)
-    from replicator.cli import main
+    from replicator.commands.cli import main
     sys.exit(main(["mirror", "--config", sys.argv[1], "--available-now"]))
 """)
 

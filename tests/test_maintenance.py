@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from deltalake import DeltaTable
 
-from replicator.maintenance import optimize
+from replicator.commands.maintenance import optimize
 from tests.helpers import Runner, canal, job, order
 
 ES = 1_700_000_000_000

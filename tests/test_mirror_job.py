@@ -83,7 +83,7 @@ def merge_then_die(self, *args, **kwargs):
         os._exit(137)  # the process dies between the first and the second table's commit
     return result
 DeltaRsWriter.merge_guarded = merge_then_die
-from replicator.cli import main
+from replicator.commands.cli import main
 sys.exit(main(["mirror", "--config", sys.argv[1], "--available-now"]))
 """
 
@@ -138,7 +138,7 @@ def test_sigterm_stops_cleanly_after_the_current_batch(tmp_path):
     config = job_file(tmp_path)
     env = {**os.environ, "REPLICATOR_SPARK_MASTER": "local[2]"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "replicator.cli", "mirror", "--config", str(config)],
+        [sys.executable, "-m", "replicator.commands.cli", "mirror", "--config", str(config)],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -161,8 +161,8 @@ def test_sigterm_stops_cleanly_after_the_current_batch(tmp_path):
 
 def test_dts_avro_job_with_an_unreadable_schema_file_stops_before_any_batch(spark, tmp_path):
     """No schema file is needed (the layout is declared in the project), but a named one must be read."""
+    from replicator.commands.runner import MirrorJob
     from replicator.config import load_config
-    from replicator.runner import MirrorJob
 
     path = job_file(tmp_path)
     path.write_text(path.read_text().replace("canal-json", "dts-avro, avro_schema: no-such.avsc"))
@@ -176,8 +176,8 @@ def test_dts_avro_job_with_an_unreadable_schema_file_stops_before_any_batch(spar
 def test_demo_stream_produces_the_expected_tables(spark, tmp_path):
     import datetime as dt
 
+    from replicator.commands.runner import MirrorJob
     from replicator.config import load_config
-    from replicator.runner import MirrorJob
 
     shutil.copytree(REPO / "conf" / "samples", tmp_path / "samples")
     text = (REPO / "conf" / "demo.yaml").read_text().replace("../demo-out", "out")

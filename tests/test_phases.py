@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from deltalake import DeltaTable
 
-from replicator.phases import Activity, next_phase
-from replicator.status import collect_status
+from replicator.apply.phases import Activity, next_phase
+from replicator.commands.status import collect_status
 from tests.drs import dml, init_ddl, item, reference
 from tests.helpers import Runner, job
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from replicator.progress import CatchUp, checkpoint_files, listed_files
-from replicator.runner import MirrorJob
+from replicator.commands.progress import CatchUp, checkpoint_files, listed_files
+from replicator.commands.runner import MirrorJob
 from tests.helpers import canal, job, order, write_jsonl
 
 ES = 1_700_000_000_000
@@ -114,7 +114,14 @@ state: {path: state}
 def test_cli_shows_the_bar_on_a_pseudo_terminal_only(tmp_path):
     (tmp_path / "job.yaml").write_text(textwrap.dedent(JOB), encoding="utf-8")
     landing(tmp_path, ["a.jsonl", "b.jsonl", "c.jsonl"], start=1)
-    command = [sys.executable, "-m", "replicator.cli", "mirror", "--config", str(tmp_path / "job.yaml")]
+    command = [
+        sys.executable,
+        "-m",
+        "replicator.commands.cli",
+        "mirror",
+        "--config",
+        str(tmp_path / "job.yaml"),
+    ]
     env = {**os.environ, "REPLICATOR_SPARK_MASTER": "local[2]"}
     leader, follower = pty.openpty()
     # a terminal of 120 columns (a new pseudo-terminal says 0, where a bar has no room)

@@ -11,8 +11,8 @@ import pytest
 from chispa import assert_df_equality
 from deltalake import DeltaTable
 
-from replicator.bootstrap import bootstrap
-from replicator.replay import ReplayError, replay, replay_mirror_version
+from replicator.commands.bootstrap import bootstrap
+from replicator.commands.replay import ReplayError, replay, replay_mirror_version
 from tests.helpers import ORDER_TYPES, Runner, canal, ddl, job, order
 from tests.test_bootstrap import POSITION, write_snapshot
 

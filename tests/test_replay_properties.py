@@ -29,7 +29,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replicator.replay import changelog_events, replay, replay_config
+from replicator.commands.replay import changelog_events, replay, replay_config
 from replicator.sinks import writer_factory
 from replicator.state import State
 from tests.helpers import delta_table
@@ -67,8 +67,8 @@ def check_replay(target: Path, encoder: Encoder, model: Table) -> None:
 
 
 def replay_again(config, target: Path, cut: int, batches: list[tuple[int, int | None, int]]) -> None:
-    """Apply the change log again to ``target``, the way :func:`replicator.replay.replay` applies it (its
-    engine, job and state), skipping only its empty-target check: ``batches`` are (low, high, batch id),
+    """Apply the change log again to ``target``, the way :func:`replicator.commands.replay.replay` applies it
+    (its engine, job and state), skipping only its empty-target check: ``batches`` are (low, high, batch id),
     the events with ``low < event_time <= min(high, cut)`` (``high`` None: up to the cut) as one batch,
     and in every batch the events without an event time (replay keeps them whatever the cut)."""
     import datetime as dt

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from replicator.report import PALETTE, collect_report, write_report
+from replicator.commands.report import PALETTE, collect_report, write_report
 from tests.helpers import Runner, canal, cli, job, order
 
 ES = 1_700_000_000_000

@@ -17,8 +17,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from replicator.engine import RecordFailed
-from replicator.schema_changes import SchemaChangeFailed
+from replicator.errors import RecordFailed, SchemaChangeFailed
 from tests.helpers import Runner, canal, ddl, job
 
 ES = 1_700_000_000_000

@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+from replicator.apply.tombstones import cutoff
 from replicator.state import TableState
-from replicator.tombstones import cutoff
 from tests.helpers import Runner, canal, job, order
 
 ES = 1_700_000_000_000  # 2023-11-14

@@ -285,7 +285,7 @@ def decode(
         events = Decoder(dialect, options).records(record_tuples(records), batch_id)
         table = events.to_arrow()
         if sort_keys:
-            from replicator.changelog import seq_texts
+            from replicator.dialects.events import seq_texts
 
             table = table.append_column("seq_text", seq_texts(table["seq"]))
             table = table.append_column("type_key", events.type_keys())

@@ -148,7 +148,7 @@ class CKafka(CanalJson):
             event_time=self.wall_clock(time) if time is not None else None,
             position=f"{binlog_name.strip(' ')}:{pos}",  # type: ignore[union-attr]
             # (file, pos) is not comparable with the canal-shaped DDL's (es, id) of the same topic: stating
-            # the system makes the engine order the two by delivery (changelog._segments).
+            # the system makes the engine order the two by delivery (fold.arrow._segments).
             meta={SEQ_SYSTEM: "binlog-file-pos", **{k: v for k, v in meta.items() if v is not None}},
         )
 

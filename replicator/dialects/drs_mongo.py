@@ -21,8 +21,8 @@ from replicator.dialects.base import Dialect
 from replicator.dialects.events import At, Events, Image, epoch_micros
 from replicator.dialects.jsontext import INT64, cast_bigint, json_integer, string, to_json
 
-PATCH_META = "mongo_update"  # replicator.changelog reads it
-PATCH_OPERATORS = ("$set", "$unset")  # what DRS emits (seed 003) and replicator.documents applies
+PATCH_META = "mongo_update"  # replicator.fold.arrow reads it
+PATCH_OPERATORS = ("$set", "$unset")  # what DRS emits (seed 003) and replicator.apply.documents applies
 HELPERS = "ObjectId, ISODate, NumberLong, NumberInt, NumberDecimal, UUID, BinData"
 NOT_JSON = "'{}' is not JSON (after rewriting the shell helpers " + HELPERS + ")"
 
@@ -51,7 +51,7 @@ _QUOTED_HELPERS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 # NumberLong(5) / NumberInt(5) may occur as text inside a string: string literals are matched first and
 # written back unchanged (group 1), a helper becomes its bare number (group 2).
 _NUMBER_HELPERS = re.compile(_STRING + r'|Number(?:Long|Int)\(\s*"?(-?\d+)"?\s*\)', re.ASCII)
-# Compact form (what replicator.documents writes back): whitespace outside strings removed.
+# Compact form (what replicator.apply.documents writes back): whitespace outside strings removed.
 _BLANKS = re.compile(_STRING + r"|\s+", re.ASCII)
 
 

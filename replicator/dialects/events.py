@@ -17,9 +17,25 @@ if TYPE_CHECKING:
 
 # meta key naming the coordinate system of an event's seq order part, where a dialect writes two systems
 # (CKafka: format-one DML by binlog file+pos, canal-shaped DDL by es+id); absent: the dialect's usual one.
-# Events of one table in different systems are ordered by delivery (changelog._segments).
+# Events of one table in different systems are ordered by delivery (fold.arrow._segments).
 SEQ_SYSTEM = "seq_system"
 Image = dict[str, str | None]  # a row image or a type map: column -> canonical text (None: SQL NULL)
+
+
+def seq_texts(seq: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """``model.seq_text`` of every row of an ``ARRAY<BIGINT>`` column, vectorized."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from replicator.model import SEQ_WIDTH
+
+    seq = seq.combine_chunks() if isinstance(seq, pa.ChunkedArray) else seq
+    if len(seq) == 0:
+        return pa.array([], pa.string())
+    flat = pc.max_element_wise(pc.fill_null(seq.flatten(), 0), 0)
+    padded = pc.utf8_lpad(pc.cast(flat, pa.string()), SEQ_WIDTH, "0")
+    offsets = pc.subtract(seq.offsets, seq.offsets[0])
+    return pc.binary_join(pa.ListArray.from_arrays(offsets, padded), ".")
 
 
 @cache

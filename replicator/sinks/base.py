@@ -119,7 +119,7 @@ class MirrorWriter(ABC):
         stored rows). This default reads ``columns`` and filters in memory."""
         return rows_with(self.read(columns), column, values)
 
-    # ---- schema changes (replicator.schema_changes) -------------------------------------------------------
+    # ---- schema changes (replicator.apply.schema) -------------------------------------------------------
     def overwrite(self, data: pa.Table, txn: Txn | None = None) -> None:
         """Replace the table's rows *and schema* with ``data`` (a rewrite: drop / rename a column, change a
         type Delta cannot alter in place). Older versions stay in the Delta history until vacuumed."""

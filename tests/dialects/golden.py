@@ -1,8 +1,8 @@
 """Golden-file harness: ``tests/fixtures/<dialect>/<case>.(json|jsonl|b64)`` with ``<case>.expected.json``.
 
-Each expected file holds the list of decoded events (replicator.inspect.event_records) of its input. A
-fixture folder is decoded once per (folder, dialect) and split by file, to keep the suite fast. Error rows
-hold only what a dead letter carries (ERROR_FIELDS).
+Each expected file holds the list of decoded events (replicator.commands.inspect.event_records) of its
+input. A fixture folder is decoded once per (folder, dialect) and split by file, to keep the suite fast.
+Error rows hold only what a dead letter carries (ERROR_FIELDS).
 ``REPLICATOR_REGOLD=1`` writes missing expected files from the current output: review them by hand
 against the vendor document before committing; a golden file is a claim about the format.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from replicator.commands.inspect import FIELDS, decode_path, event_records
 from replicator.dialects import DecodeOptions
-from replicator.inspect import FIELDS, decode_path, event_records
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 INPUT_SUFFIXES = (".json", ".jsonl", ".b64", ".avro")

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from replicator import types
+from replicator.commands.inspect import event_records
 from replicator.dialects import decode
-from replicator.inspect import event_records
 from tests.dialects.golden import check_golden, params, raw_records
 
 

@@ -243,8 +243,8 @@ def test_without_schema_values_keep_their_json_text(decoded):
 def test_schema_conversions_follow_each_message_schema():
     """Conversions derived from a schema are reused for the next message only when its schema is the same
     JSON: a changed scale, or a parameter that is ``true`` instead of ``1``, is derived again."""
+    from replicator.commands.inspect import event_records
     from replicator.dialects import decode
-    from replicator.inspect import event_records
 
     def message(parameters: dict) -> dict:
         fields = [

@@ -6,8 +6,8 @@ import pyarrow as pa
 import pytest
 
 from replicator import types
+from replicator.commands.inspect import decode_path, event_records
 from replicator.dialects import get_dialect
-from replicator.inspect import decode_path, event_records
 from tests.dialects.golden import FIXTURES, check_golden, params
 
 

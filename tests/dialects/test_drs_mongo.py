@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from replicator.documents import apply_patches
-from replicator.inspect import decode_path, event_records
+from replicator.apply.documents import apply_patches
+from replicator.commands.inspect import decode_path, event_records
 from tests.dialects.golden import FIXTURES, check_golden, params
 
 FOLDER = FIXTURES / "drs-mongo"

@@ -11,12 +11,12 @@ import pyarrow as pa
 import pytest
 
 from replicator import types
+from replicator.commands.inspect import decode_path, event_records
 from replicator.dialects import DecodeOptions
 from replicator.dialects.base import Decoder, decode
 from replicator.dialects.dts_avro import load_record_schema
 from replicator.dialects.dts_record import record_schema
 from replicator.dialects.events import At
-from replicator.inspect import decode_path, event_records
 from tests.conftest import SHARED
 from tests.dialects.golden import FIXTURES, check_golden, params, raw_records
 

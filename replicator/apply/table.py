@@ -15,10 +15,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replicator.changelog import TableId
-from replicator.documents import PatchError, apply_patches
+from replicator.apply.documents import PatchError, apply_patches
 from replicator.logging import get_logger
-from replicator.model import CDC_COLUMNS, CDC_EVENT_TIME, CDC_OP, CDC_POSITION, CDC_SEQ, table_label
+from replicator.model import CDC_COLUMNS, CDC_EVENT_TIME, CDC_OP, CDC_POSITION, CDC_SEQ, TableId, table_label
 from replicator.sinks.base import MergeResult, MirrorWriter, Txn, quote
 from replicator.state import State, TableState
 from replicator.types import column_type, parse_values
@@ -60,7 +59,7 @@ class TableBatch:
     barriers: list[dict[str, Any]]  # barrier events of this table in seq order
     types: dict[str, str]  # column -> latest source type text, in first-seen order
     state: TableState
-    bulk: bool = False  # snapshot rows of a loading table: append when safe (replicator.phases)
+    bulk: bool = False  # snapshot rows of a loading table: append when safe (replicator.apply.phases)
 
 
 @dataclass
@@ -82,7 +81,7 @@ def _is_string(t: pa.DataType) -> bool:
 
 
 class TableApplier:
-    """Applies one :class:`TableBatch`. ``on_barrier`` handles DDL events (replicator.schema_changes)."""
+    """Applies one :class:`TableBatch`. ``on_barrier`` handles DDL events (replicator.apply.schema)."""
 
     def __init__(
         self,
@@ -135,7 +134,7 @@ class TableApplier:
                     source_type=self.work.types.get(name),
                 )
             # A string column only because no message declared a type (CKafka format one): marked, so that a
-            # later CREATE / ALTER declaring its type retypes it (schema_changes.change_type).
+            # later CREATE / ALTER declaring its type retypes it (apply.schema.change_type).
             untyped = UNTYPED if name not in self.work.types else None
             fields.append(pa.field(name, ctype.arrow, nullable=name not in key, metadata=untyped))
         if not self.mirror.exists():
@@ -152,7 +151,7 @@ class TableApplier:
                 self.result.ignored_values += int(pc.sum(pc.is_in(keys, value_set=unknown)).as_py() or 0)
             return
         if self.policy == "fail":
-            from replicator.schema_changes import SchemaChangeFailed
+            from replicator.errors import SchemaChangeFailed
 
             first = part["position"][0].as_py() if part is not None and part.num_rows else None
             name = table_label(self.work.table)
@@ -345,8 +344,6 @@ class TableApplier:
         typed = self.guard(typed)
         if typed.num_rows == 0:
             return False
-        from replicator.phases import append_snapshot
-
         if append_snapshot(self, typed, txn):
             merged = MergeResult(inserted=typed.num_rows)
         else:
@@ -388,3 +385,19 @@ class TableApplier:
             self.mirror.delete_where(f"{CDC_SEQ} < '{seq_text}'", None)
         if (self.table_state.truncate_seq or "") < seq_text:
             self.table_state = replace(self.table_state, truncate_seq=seq_text)
+
+
+def append_snapshot(applier: TableApplier, typed: pa.Table, txn: Txn | None) -> bool:
+    """Append typed snapshot rows when allowed and safe; False when the caller must MERGE them."""
+    if not applier.work.bulk or txn is None or typed.num_rows == 0:
+        return False
+    if not pc.all(pc.equal(typed[CDC_OP], "snapshot")).as_py():
+        return False
+    key = list(applier.table_state.primary_key)
+    mirror = applier.mirror
+    if mirror.exists():
+        stored = mirror.read_keys(key[0], pc.unique(typed[key[0]]), key)
+        if stored.num_rows and typed.select(key).join(stored, key, join_type="inner").num_rows:
+            return False  # a key is already there (re-delivered rows): MERGE decides by seq
+    mirror.append(typed, txn)
+    return True

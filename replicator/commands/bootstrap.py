@@ -22,21 +22,21 @@ from typing import Any
 
 import pyarrow as pa
 
-from replicator.apply import CDC_FIELDS
+from replicator.apply.phases import INCREMENTAL, LOADING, SNAPSHOT_DONE, SNAPSHOT_LOADING, SNAPSHOT_SCHEMA
+from replicator.apply.table import CDC_FIELDS
 from replicator.config import ConfigError, JobConfig
 from replicator.logging import get_logger
 from replicator.model import CDC_EVENT_TIME, CDC_OP, CDC_POSITION, CDC_SEQ
-from replicator.phases import INCREMENTAL, LOADING, SNAPSHOT_DONE, SNAPSHOT_LOADING, SNAPSHOT_SCHEMA
 from replicator.positions import horizon, parse_time
 from replicator.sinks import writer_factory
 from replicator.sources import FILE_SUFFIXES, message_files
 from replicator.state import State, TableState
 from replicator.types import column_type, parse_values
 
-log = get_logger("replicator.bootstrap")
+log = get_logger("replicator.commands.bootstrap")
 
 TABLE_FILES = (".parquet", ".csv")
-DONE_MARK = "replicator.bootstrap"  # commit metadata of a table file snapshot's last commit
+DONE_MARK = "replicator.commands.bootstrap"  # commit metadata of a table file snapshot's last commit
 
 
 class BootstrapError(ConfigError):
@@ -237,7 +237,7 @@ def load_table(
             ),
         )
         if config.tables.history_for(snapshot.name):  # the first version of each row (docs/history.md)
-            from replicator.history import seed_snapshot
+            from replicator.apply.history import seed_snapshot
             from replicator.sinks.base import Txn
 
             seed_snapshot(state.writer, mirror, data, Txn(app, index))

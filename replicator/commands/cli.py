@@ -14,7 +14,7 @@ from replicator.model import table_label
 
 
 def _mirror(args: argparse.Namespace) -> int:
-    from replicator.runner import MirrorJob
+    from replicator.commands.runner import MirrorJob
     from replicator.spark import get_spark
 
     config = load_config(args.config)  # fails before Spark starts
@@ -23,8 +23,8 @@ def _mirror(args: argparse.Namespace) -> int:
 
 
 def _decode(args: argparse.Namespace) -> int:
+    from replicator.commands.inspect import decode_path, event_records
     from replicator.dialects import DecodeOptions, dialect_names
-    from replicator.inspect import decode_path, event_records
 
     if args.dialect != "auto" and args.dialect not in dialect_names():
         raise ConfigError(
@@ -60,7 +60,7 @@ def _decode(args: argparse.Namespace) -> int:
 
 
 def _bootstrap(args: argparse.Namespace) -> int:
-    from replicator.bootstrap import bootstrap
+    from replicator.commands.bootstrap import bootstrap
 
     config = load_config(args.config)
     states = bootstrap(
@@ -76,7 +76,7 @@ def _bootstrap(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from replicator.replay import replay, replay_mirror_version
+    from replicator.commands.replay import replay, replay_mirror_version
 
     config = load_config(args.config)
     if args.mirror_version is not None:
@@ -104,7 +104,7 @@ def _exit_now(code: int) -> int:
 
 
 def _optimize(args: argparse.Namespace) -> int:
-    from replicator.maintenance import optimize
+    from replicator.commands.maintenance import optimize
 
     for done in optimize(load_config(args.config), args.tables, args.vacuum_hours, args.target_file_size):
         print(
@@ -115,10 +115,10 @@ def _optimize(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from replicator.status import print_status
+    from replicator.commands.status import print_status
 
     if args.html:
-        from replicator.report import write_report
+        from replicator.commands.report import write_report
 
         path = write_report(load_config(args.config), args.html, last_batches=args.batches or 500)
         print(f"wrote {path}")
@@ -128,7 +128,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _dead_letters(args: argparse.Namespace) -> int:
-    from replicator.deadletters import print_retry, print_summary
+    from replicator.commands.deadletters import print_retry, print_summary
 
     if not getattr(args, "config", None):
         raise ConfigError("dead-letters: --config is required")
@@ -139,7 +139,7 @@ def _dead_letters(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from replicator.status import print_tables
+    from replicator.commands.status import print_tables
 
     return _exit_now(print_tables(load_config(args.config), args.table, args.limit))
 
@@ -236,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        from replicator.engine import RecordFailed
+        from replicator.errors import RecordFailed
 
         if isinstance(exc, RecordFailed):
             log.error("stopped on a bad record", error=str(exc))

@@ -2,7 +2,7 @@
 
 Two ``mapInArrow`` stages around one shuffle, the partial-then-final shape of a Spark aggregate:
 
-1. every task folds its own events (``changelog.fold``, barriers and keys from the driver) and turns the
+1. every task folds its own events (``fold.arrow.fold``, barriers and keys from the driver) and turns the
    winners back into events, split into buckets by a hash of (table, key);
 2. one shuffle brings each bucket's partial results together; a task folds them again.
 
@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-    from replicator.changelog import Barrier, TableId
+    from replicator.fold.arrow import Barrier
+    from replicator.model import TableId
 
 TABLE_COLUMNS = ("database", "schema", "table")
 
@@ -81,7 +82,7 @@ def _as_events(table: TableId, folded: pa.Table) -> pa.Table:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from replicator.changelog import IMAGE_TYPE
+    from replicator.fold.arrow import IMAGE_TYPE
 
     n = folded.num_rows
     is_delete = pc.equal(folded["op"], "delete")
@@ -99,7 +100,7 @@ def _as_events(table: TableId, folded: pa.Table) -> pa.Table:
             "seq_text": folded["seq_text"],
             "event_time": folded["event_time"],
             "position": folded["position"],
-            "meta": folded["meta"],  # keeps meta.seq_system (changelog._segments)
+            "meta": folded["meta"],  # keeps meta.seq_system (fold.arrow._segments)
             "coordinates": folded["coordinates"],
         }
     )
@@ -113,7 +114,7 @@ def _pass_through(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from replicator.changelog import IMAGE_TYPE, _key_list, _key_values, _with_key
+    from replicator.fold.arrow import IMAGE_TYPE, _key_list, _key_values, _with_key
 
     rows = _with_key(rows, key).select(list(FOLD_COLUMNS)).combine_chunks()
     is_delete = pc.equal(rows["op"], "delete").combine_chunks()
@@ -153,7 +154,7 @@ def _split(rows: pa.Table, bucket: pa.Array) -> Iterator[tuple[int, pa.Table]]:
 def _has_patches(rows: pa.Table) -> bool:
     import pyarrow.compute as pc
 
-    from replicator.changelog import PATCH_META
+    from replicator.fold.arrow import PATCH_META
 
     patch = pc.map_lookup(rows["meta"], PATCH_META, "first")
     return patch.null_count < len(patch)
@@ -163,7 +164,7 @@ def partial_fold(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
     """Stage 1: this task's events -> its winners per key, as events, in buckets."""
     import pyarrow as pa
 
-    from replicator.changelog import fold, split_by_table
+    from replicator.fold.arrow import fold, split_by_table
 
     events = _events(batches, plan)
     if events is None:
@@ -186,7 +187,7 @@ def final_fold(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa
     """Stage 2: a shuffle partition's partial winners -> the net changes, with their table's identity."""
     import pyarrow as pa
 
-    from replicator.changelog import fold
+    from replicator.fold.arrow import fold
 
     parts = list(payload.tables(batches))
     if not parts:
@@ -212,7 +213,7 @@ def fold_batch(events: DataFrame, plan: FoldPlan) -> dict[TableId, pa.Table]:
     per table (the only rows of the batch that reach the driver)."""
     from functools import partial
 
-    from replicator.changelog import split_by_table
+    from replicator.fold.arrow import split_by_table
 
     if not plan.keys:
         return {}

@@ -22,15 +22,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from replicator.model import CDC_OP
-
 if TYPE_CHECKING:
-    from replicator.apply import TableApplier, TableResult
-    from replicator.changelog import TableId
-    from replicator.sinks.base import Txn
+    from replicator.apply.table import TableResult
+    from replicator.model import TableId
     from replicator.state import TableState
 
 SNAPSHOT_SCHEMA = "snapshot_schema"
@@ -129,19 +123,3 @@ def after_horizon(rows: list[dict[str, Any]], registry: Mapping[TableId, TableSt
             continue
         kept.append(r)
     return kept
-
-
-def append_snapshot(applier: TableApplier, typed: pa.Table, txn: Txn | None) -> bool:
-    """Append typed snapshot rows when allowed and safe; False when the caller must MERGE them."""
-    if not applier.work.bulk or txn is None or typed.num_rows == 0:
-        return False
-    if not pc.all(pc.equal(typed[CDC_OP], "snapshot")).as_py():
-        return False
-    key = list(applier.table_state.primary_key)
-    mirror = applier.mirror
-    if mirror.exists():
-        stored = mirror.read_keys(key[0], pc.unique(typed[key[0]]), key)
-        if stored.num_rows and typed.select(key).join(stored, key, join_type="inner").num_rows:
-            return False  # a key is already there (re-delivered rows): MERGE decides by seq
-    mirror.append(typed, txn)
-    return True

@@ -20,7 +20,7 @@ from replicator.model import table_label
 from replicator.sinks import writer_factory
 from replicator.state import State
 
-log = get_logger("replicator.maintenance")
+log = get_logger("replicator.commands.maintenance")
 
 
 @dataclass(frozen=True)

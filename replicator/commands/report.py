@@ -37,8 +37,8 @@ RECENT_ROWS = 25
 
 
 def collect_report(config: JobConfig, last_batches: int = 500) -> dict[str, Any]:
-    from replicator.deadletters import summarize
-    from replicator.status import collect_status
+    from replicator.commands.deadletters import summarize
+    from replicator.commands.status import collect_status
 
     status = collect_status(config, last_batches)
     batches = status["batches"]

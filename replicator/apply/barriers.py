@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from replicator import ddl
 
 if TYPE_CHECKING:
-    from replicator.apply import TableBatch
-    from replicator.changelog import TableId
+    from replicator.apply.table import TableBatch
+    from replicator.model import TableId
 
 
 def resolve_ref(event: dict[str, Any], ref: ddl.TableRef | None) -> TableId:

@@ -21,9 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator.dialects.events import SEQ_SYSTEM, decoded_schema
-from replicator.model import DML_OPS, SEQ_WIDTH, seq_text
+from replicator.model import DML_OPS, SEQ_WIDTH, TableId, seq_text
 
-TableId = tuple[str, str | None, str]  # database, schema, table
 PATCH_META = "mongo_update"
 IMAGE_TYPE = pa.map_(pa.string(), pa.string())
 
@@ -45,17 +44,6 @@ def seq_system(event: Mapping[str, object]) -> str | None:
     """The coordinate system an event (a dict, maps as dicts) states for its seq, or None."""
     meta = event.get("meta")
     return meta.get(SEQ_SYSTEM) if isinstance(meta, Mapping) else None
-
-
-def seq_texts(seq: pa.ChunkedArray | pa.Array) -> pa.Array:
-    """``model.seq_text`` of every row of an ``ARRAY<BIGINT>`` column, vectorized."""
-    seq = seq.combine_chunks() if isinstance(seq, pa.ChunkedArray) else seq
-    if len(seq) == 0:
-        return pa.array([], pa.string())
-    flat = pc.max_element_wise(pc.fill_null(seq.flatten(), 0), 0)
-    padded = pc.utf8_lpad(pc.cast(flat, pa.string()), SEQ_WIDTH, "0")
-    offsets = pc.subtract(seq.offsets, seq.offsets[0])
-    return pc.binary_join(pa.ListArray.from_arrays(offsets, padded), ".")
 
 
 def keep(table: pa.Table, mask: pa.Array | pa.ChunkedArray) -> pa.Table:
@@ -263,7 +251,7 @@ def _folded(segment: pa.Array, keys: pa.Array, op: pa.Array, image: pa.Array, ro
             "event_time": rows["event_time"],
             "position": rows["position"],
             "coordinates": rows["coordinates"],
-            # the winner's meta: its seq_system orders it against barriers when folded again (fold.py)
+            # the winner's meta: its seq_system orders it against barriers when folded again (replicator.fold)
             "meta": rows["meta"] if "meta" in rows.column_names else pa.nulls(n, IMAGE_TYPE),
             "patches": pa.nulls(n, pa.list_(pa.string())),
             "has_patches": _constant(False, n),

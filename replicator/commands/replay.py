@@ -17,17 +17,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from replicator.bootstrap import DONE_MARK
+from replicator.apply.phases import SNAPSHOT_DONE
+from replicator.commands.bootstrap import DONE_MARK
 from replicator.config import ConfigError, JobConfig
 from replicator.dialects.events import decoded_schema
 from replicator.logging import get_logger
 from replicator.model import table_label
-from replicator.phases import SNAPSHOT_DONE
 from replicator.positions import horizon, parse_time
 from replicator.sinks import writer_factory
 from replicator.state import BatchSummary, State, TableState
 
-log = get_logger("replicator.replay")
+log = get_logger("replicator.commands.replay")
 
 STATE_DIR = "_replicator_state"
 
@@ -133,7 +133,7 @@ def replay(
     ms, inclusive) or ``position`` (inclusive) into ``out/<database>/<table>``."""
     import pyarrow.compute as pc
 
-    from replicator.changelog import seq_texts
+    from replicator.dialects.events import seq_texts
     from replicator.engine import Engine
 
     if (as_of is None) == (position is None):

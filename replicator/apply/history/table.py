@@ -1,5 +1,5 @@
 """One history table's batch (versions recomputed for the touched keys, one MERGE with the batch's app
-transaction), and the engine's hook :func:`record_history` (see replicator/history/__init__.py)."""
+transaction), and the engine's hook :func:`record_history` (see replicator/apply/history/__init__.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replicator.apply import TableApplier, TableBatch, TableResult
-from replicator.changelog import TableId, split_by_table
-from replicator.history.versions import (
+from replicator.apply.history.versions import (
     CDC_EVENT_TIME,
     CDC_OP,
     CDC_SEQ,
@@ -36,8 +34,10 @@ from replicator.history.versions import (
     truncate_events,
     utc,
 )
+from replicator.apply.table import TableApplier, TableBatch, TableResult
+from replicator.fold.arrow import split_by_table
 from replicator.logging import get_logger
-from replicator.model import CDC_COLUMNS, table_label
+from replicator.model import CDC_COLUMNS, TableId, table_label
 from replicator.sinks.base import MirrorWriter, Txn, key_range, quote
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from replicator.sinks.base import WriterFactory
     from replicator.state import State
 
-log = get_logger("replicator.history")
+log = get_logger("replicator.apply.history")
 
 SUFFIX = "__history"
 

@@ -12,7 +12,7 @@ from replicator.logging import get_logger
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-log = get_logger("replicator.runner")
+log = get_logger("replicator.commands.runner")
 
 
 class MirrorJob:
@@ -47,7 +47,7 @@ class MirrorJob:
 
     def run(self, available_now: bool = False, progress_stream: IO[str] | None = None) -> int:
         """``progress_stream``: where a catch-up's bar goes (stderr), shown only if it is a terminal."""
-        from replicator.progress import catch_up, poll
+        from replicator.commands.progress import catch_up, poll
         from replicator.sources import build_stream
 
         stream = build_stream(self.spark, self.config)

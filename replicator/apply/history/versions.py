@@ -1,5 +1,5 @@
 """History versions, pure: events -> each key's chain of versions; decoded events -> rows to type; the
-history table's schema following its mirror's (see replicator/history/__init__.py)."""
+history table's schema following its mirror's (see replicator/apply/history/__init__.py)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator import ddl
-from replicator.changelog import IMAGE_TYPE, PATCH_META, keep
+from replicator.fold.arrow import IMAGE_TYPE, PATCH_META, keep
 from replicator.logging import get_logger
 from replicator.model import CDC_COLUMNS, CDC_EVENT_TIME, CDC_OP, CDC_SEQ, DML_OPS
 from replicator.sinks.base import MirrorWriter
 
-log = get_logger("replicator.history")
+log = get_logger("replicator.apply.history")
 
 VALID_FROM = "_cdc_valid_from"
 VALID_TO = "_cdc_valid_to"
@@ -121,7 +121,7 @@ def _same(a: dict[str, Any], b: dict[str, Any], track: Sequence[str]) -> bool:
 
 def event_rows(events: pa.Table, key: Sequence[str]) -> pa.Table:
     """A table's DML events -> one row per event in the columns ``TableApplier.typed`` reads (those of
-    ``changelog.fold``'s output): the image is ``after`` (``before`` for a delete); an update that changes
+    ``fold.arrow.fold``'s output): the image is ``after`` (``before`` for a delete); an update that changes
     the key is also a delete of the old key, as the fold makes it."""
     events = keep(events, pc.is_in(events["op"], pa.array(DML_OPS)))
     patches = pc.is_valid(pc.map_lookup(events["meta"], PATCH_META, "first"))

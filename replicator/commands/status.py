@@ -19,7 +19,7 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
     dead_total = 0
     dead = state.table("dead_letters")
     if dead.exists():
-        from replicator.deadletters import IDENTITY, read_marks
+        from replicator.commands.deadletters import IDENTITY, read_marks
 
         retried = read_marks(state)  # re-driven by `dead-letters retry`: no longer pending
         for row in dead.read(["database", "table", *IDENTITY]).to_pylist():

@@ -1,8 +1,8 @@
 """Apply barrier events (DDL, TRUNCATE) to a mirror under the table's schema-evolution policy.
 
-``barrier_handler(config)`` returns the ``on_barrier`` hook of :class:`replicator.apply.TableApplier`: the
-event is parsed into change objects (replicator.ddl) and each one is applied by :func:`apply_change`, a
-``functools.singledispatch`` over the change types. Policies (docs/schema-evolution.md):
+``barrier_handler(config)`` returns the ``on_barrier`` hook of :class:`replicator.apply.table.TableApplier`:
+the event is parsed into change objects (replicator.ddl) and each one is applied by :func:`apply_change`,
+a ``functools.singledispatch`` over the change types. Policies (docs/schema-evolution.md):
 
 - ``lenient`` (default) never loses data: add columns, keep dropped ones, add renamed ones under the new
   name, widen types when lossless, keep dropped tables (marked ``dropped``);
@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from replicator import ddl
-from replicator.apply import CDC_FIELDS, DeadRow, is_untyped
-from replicator.barriers import resolve_ref
+from replicator.apply.barriers import resolve_ref
+from replicator.apply.table import CDC_FIELDS, DeadRow, is_untyped
 from replicator.config import JobConfig, SchemaPolicy
-from replicator.engine import RecordFailed
+from replicator.errors import SchemaChangeFailed
 from replicator.logging import get_logger
 from replicator.model import table_label
 from replicator.routing import META_DATABASE, META_TABLE, SOURCE_COLUMNS, SOURCE_DATABASE, SOURCE_TABLE
@@ -35,15 +35,10 @@ from replicator.state import TableState
 from replicator.types import column_type, parse_values
 
 if TYPE_CHECKING:
-    from replicator.apply import TableApplier
-    from replicator.changelog import TableId
+    from replicator.apply.table import TableApplier
+    from replicator.model import TableId
 
-log = get_logger("replicator.schema_changes")
-
-
-class SchemaChangeFailed(RecordFailed):
-    """``schema_evolution: fail`` met a DDL that changes a mirror; the message names statement, table and
-    position."""
+log = get_logger("replicator.apply.schema")
 
 
 class SchemaApplyError(RuntimeError):
@@ -557,5 +552,5 @@ class BarrierHandler:
 
 
 def barrier_handler(config: JobConfig) -> Callable[[TableApplier, dict[str, Any]], None]:
-    """The ``on_barrier`` hook for :class:`replicator.apply.TableApplier` (engine.py installs it)."""
+    """The ``on_barrier`` hook for :class:`replicator.apply.table.TableApplier` (engine.py installs it)."""
     return BarrierHandler(config)

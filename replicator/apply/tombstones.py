@@ -16,7 +16,7 @@ from replicator.logging import get_logger
 from replicator.model import table_label
 from replicator.state import State, TableState
 
-log = get_logger("replicator.tombstones")
+log = get_logger("replicator.apply.tombstones")
 
 DELETED_AT = "_cdc_deleted_at"  # = apply.TOMBSTONE_DELETED_AT
 

@@ -19,8 +19,14 @@ apply, whose final schema types the values exactly like the mirror, ``TableAppli
 A TRUNCATE closes every open version, so a batch that brings a new one recomputes every key (rare).
 """
 
-from replicator.history.table import HistoryTable, history_path, markers_root, record_history, seed_snapshot
-from replicator.history.versions import HISTORY_FIELDS, Event, Version, chain, change_id
+from replicator.apply.history.table import (
+    HistoryTable,
+    history_path,
+    markers_root,
+    record_history,
+    seed_snapshot,
+)
+from replicator.apply.history.versions import HISTORY_FIELDS, Event, Version, chain, change_id
 
 __all__ = [
     "HISTORY_FIELDS",

@@ -1,0 +1,12 @@
+"""Errors that stop a batch, raised by the stages and reported by the commands."""
+
+from __future__ import annotations
+
+
+class RecordFailed(RuntimeError):
+    """``on_error: fail``: a record could not be applied; the message names it."""
+
+
+class SchemaChangeFailed(RecordFailed):
+    """``schema_evolution: fail`` met a DDL that changes a mirror; the message names statement, table and
+    position."""
