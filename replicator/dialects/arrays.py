@@ -17,7 +17,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from replicator.dialects.jsontext import Num
+from replicator.dialects.jsontext import Num, unicode_only
 
 _SPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder(parse_float=Num)
@@ -95,6 +95,11 @@ class Document:
             self._found = _spans(bytes(self.raw))
         return self._found  # type: ignore[return-value]
 
+    def elements(self) -> int | None:
+        """How many elements the document holds; None when it is not an array document."""
+        found = self._get()
+        return None if found is None else len(found[0])
+
     def element(self, index: int) -> bytes:
         found = self._get()
         if found is None or not 0 <= index < len(found[0]):
@@ -107,7 +112,7 @@ class Document:
         found = self._get()
         if found is None:
             raise ValueError("not a JSON array document")
-        return found[1][index]
+        return unicode_only(self.element(index), found[1][index])
 
 
 class Element:

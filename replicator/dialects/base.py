@@ -165,7 +165,8 @@ class Decoder:
                 raise ValueError("empty")
             document = loads(raw)
         except ValueError:
-            out.fail(at, None, NOT_JSON if _utf8(raw) else NOT_UTF8)
+            if not self._elements_apart(raw, at, out):
+                out.fail(at, None, NOT_JSON if _utf8(raw) else NOT_UTF8)
             return
         if type(document) is list:
             if not document:
@@ -180,6 +181,25 @@ class Decoder:
                 self._message(message, where, out)
         else:
             self._message(document, at, out)
+
+    def _elements_apart(self, raw: bytes | None, at: At, out: Events) -> bool:
+        """An array document refused as a whole (one element's lone-surrogate escape, which is not Unicode
+        text) read element by element: only the bad elements become dead letters. False when ``raw`` is
+        not an array document."""
+        whole = Document(raw)  # type: ignore[arg-type]
+        count = whole.elements() if raw else None
+        if not count:
+            return False
+        for index in range(count):
+            element = Element(whole, index)
+            where = At(at.batch_id, at.source, at.partition, at.offset, index, element, at.key)
+            try:
+                message = whole.exact(index)
+            except ValueError as exc:
+                out.fail(where, self.fixed.name if self.fixed else None, f"cannot decode the message ({exc})")
+                continue
+            self._message(message, where, out)
+        return True
 
     def _message(self, message: Any, at: At, out: Events) -> None:
         dialect = self.fixed

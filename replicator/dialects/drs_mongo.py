@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from replicator.dialects.base import Dialect
 from replicator.dialects.events import At, Events, Image, epoch_micros
-from replicator.dialects.jsontext import INT64, cast_bigint, json_integer, string, to_json
+from replicator.dialects.jsontext import INT64, cast_bigint, json_integer, string, to_json, unicode_only
 
 PATCH_META = "mongo_update"  # replicator.fold.arrow reads it
 PATCH_OPERATORS = ("$set", "$unset")  # what DRS emits (seed 003) and replicator.apply.documents applies
@@ -97,6 +97,7 @@ def parse_json(text: str | None) -> tuple[bool, Any]:
         return False, None
     try:
         value, end = _VARIANT.raw_decode(text, len(text) - len(text.lstrip(JSON_BLANKS)))
+        unicode_only(text, value)
     except ValueError:
         return False, None
     after = text[end : end + 1]

@@ -10,6 +10,7 @@ writes every value as a JSON string) never pay for the second parse.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
@@ -36,7 +37,28 @@ def loads(raw: bytes | memoryview | str) -> Any:
 
 def loads_exact(raw: bytes | str) -> Any:
     """The standard library's parser, numbers with a fraction or exponent kept as :class:`Num`."""
-    return json.loads(raw, parse_float=Num)
+    return unicode_only(raw, json.loads(raw, parse_float=Num))
+
+
+# A \u escape of a UTF-16 surrogate (D800-DFFF): half of a pair, or a lone one.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def unicode_only(raw: bytes | str, value: Any) -> Any:
+    """``value`` parsed from ``raw`` by the standard library, refused (ValueError) when an escape made a
+    lone UTF-16 surrogate (``"\\ud800"``): such a string is not Unicode text, no column can hold it, and
+    orjson and msgspec refuse the same message. The record becomes a dead letter, not a failed batch."""
+    pattern = _SURROGATE_ESCAPE if isinstance(raw, bytes) else _SURROGATE_ESCAPE_TEXT
+    if pattern.search(raw) is None:  # type: ignore[arg-type]
+        return value
+    try:
+        json.dumps(value, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"a \\u escape makes a lone UTF-16 surrogate, not Unicode text ({exc.reason})"
+        ) from None
+    return value
 
 
 def _fragment(value: Any) -> Any:

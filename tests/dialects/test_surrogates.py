@@ -1,0 +1,66 @@
+"""A ``\\u`` escape of a lone UTF-16 surrogate (``"\\ud800"``) is valid JSON syntax but not Unicode text:
+no string column can hold it. Such a record is a dead letter with its own bytes; it once made the whole
+batch fail (UnicodeEncodeError while building the Arrow columns)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from replicator.dialects.base import decode
+from replicator.dialects.drs_mongo import parse_json
+from tests.dialects.golden import raw_records
+
+CANAL = (
+    '{"data":[{"id":"%s","name":"%s"}],"database":"d","table":"t","type":"INSERT","es":1,"ts":2,"id":1,'
+    '"isDdl":false,"pkNames":["id"],"mysqlType":{"id":"int","name":"varchar(10)"},'
+    '"sqlType":{"id":4,"name":12},"old":null,"sql":""}'
+)
+
+
+def debezium_fraction(i: int, name: str = "n") -> str:
+    """A Debezium message with a fractional number (the standard library's exact parse), ``name`` as
+    written in the JSON text (escapes kept)."""
+    return (
+        '{"before":null,"after":{"id":%d,"name":"%s","weight":3.14},"source":{"connector":"mysql",'
+        '"db":"inventory","table":"products","file":"mysql-bin.000003","pos":%d,"row":0},"op":"c",'
+        '"ts_ms":1589355606100}'
+    ) % (i, name, 154 + i)
+
+
+@pytest.mark.parametrize("escape", ["\\ud800", "\\uDC00", "x\\udbffy"])
+def test_a_lone_surrogate_is_a_dead_letter_and_the_batch_decodes(escape):
+    bad = CANAL % ("1", escape)
+    table = decode(raw_records([bad, CANAL % ("2", "ok")]), "canal-json")
+    rows = table.select(["op", "error", "raw"]).to_pylist()
+    assert rows[0]["op"] is None and rows[0]["error"] and rows[0]["raw"] == bad.encode()
+    assert rows[1]["op"] == "insert" and rows[1]["error"] is None
+
+
+def test_a_surrogate_pair_is_one_character():
+    """An escaped pair (an emoji, as Java writes it) stays one character on every parse path."""
+    table = decode(raw_records([CANAL % ("1", "\\ud83d\\ude00")]), "canal-json")
+    assert table["after"][0].as_py() == [("id", "1"), ("name", "\U0001f600")]
+    exact = debezium_fraction(1, name="\\ud83d\\ude00")
+    table = decode(raw_records([exact]), "debezium")
+    assert dict(table["after"][0].as_py())["name"] == "\U0001f600"
+
+
+def test_the_exact_parse_and_an_array_element_refuse_it_too():
+    """Fractional numbers take the standard library's parser, which accepts the escape: refused there too,
+    for a record and for one element of an array document (its dead letter holds that element)."""
+    bad = debezium_fraction(2, name="\\ud800")
+    good = debezium_fraction(3)
+    table = decode(raw_records([bad, good]), "debezium")
+    assert [r["error"] is not None for r in table.select(["error"]).to_pylist()] == [True, False]
+    document = "[" + good + "," + bad + "]"
+    table = decode(raw_records([document]), "debezium")
+    rows = table.select(["op", "error", "raw"]).to_pylist()
+    assert [r["error"] is not None for r in rows] == [False, True]
+    assert rows[1]["raw"] == bad.encode() and "surrogate" in rows[1]["error"]
+
+
+def test_mongo_json_text_with_a_lone_surrogate_is_not_json():
+    assert parse_json('{"a": "\\ud800"}') == (False, None)
+    assert parse_json('{"a": "\\ud83d\\ude00"}') == (True, {"a": "\U0001f600"})
+    assert orjson.loads(b'"\\ud83d\\ude00"') == "\U0001f600"
