@@ -21,11 +21,9 @@ CANAL = (
 def debezium_fraction(i: int, name: str = "n") -> str:
     """A Debezium message with a fractional number (the standard library's exact parse), ``name`` as
     written in the JSON text (escapes kept)."""
-    return (
-        '{"before":null,"after":{"id":%d,"name":"%s","weight":3.14},"source":{"connector":"mysql",'
-        '"db":"inventory","table":"products","file":"mysql-bin.000003","pos":%d,"row":0},"op":"c",'
-        '"ts_ms":1589355606100}'
-    ) % (i, name, 154 + i)
+    after = f'{{"id":{i},"name":"{name}","weight":3.14}}'
+    source = f'{{"connector":"mysql","db":"inventory","table":"products","file":"f","pos":{154 + i},"row":0}}'
+    return f'{{"before":null,"after":{after},"source":{source},"op":"c","ts_ms":1589355606100}}'
 
 
 @pytest.mark.parametrize("escape", ["\\ud800", "\\uDC00", "x\\udbffy"])
