@@ -229,6 +229,7 @@ class Engine:
                 keys=tuple((t, tuple(k)) for t, k in selected.items() if t in dml_tables),
                 barriers=tuple(barriers),
                 buckets=_buckets(batch.frame),
+                events=sum(g["n"] for g in groups if g["ok"] and g["op"] in DML_OPS),
             )
             folded = fold_batch(batch.events, plan)
             phases.lap("fold")

@@ -36,18 +36,24 @@ def from_ipc(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(data).read_all()
 
 
+# Rows of a table per payload row, at most: a few tens of MB of events.
+ROWS_PER_PAYLOAD = 50_000
+
+
 def rows(items: Iterable[tuple[str, int, pa.Table]]) -> Iterator[pa.RecordBatch]:
     """``(kind, bucket, table)`` items -> one record batch of payload rows per item."""
     import pyarrow as pa
 
     for kind, bucket, table in items:
-        yield pa.RecordBatch.from_pydict(
-            {
-                "kind": pa.array([kind], pa.string()),
-                "bucket": pa.array([bucket], pa.int32()),
-                "payload": pa.array([to_ipc(table)], pa.binary()),
-            }
-        )
+        # Sliced: a payload is one JVM byte array (2 GB at most), and the JVM buffers a few at a time.
+        for start in range(0, max(table.num_rows, 1), ROWS_PER_PAYLOAD):
+            yield pa.RecordBatch.from_pydict(
+                {
+                    "kind": pa.array([kind], pa.string()),
+                    "bucket": pa.array([bucket], pa.int32()),
+                    "payload": pa.array([to_ipc(table.slice(start, ROWS_PER_PAYLOAD))], pa.binary()),
+                }
+            )
 
 
 def tables(batches: Iterable[pa.RecordBatch], kind: str | None = None) -> Iterator[pa.Table]:

@@ -32,11 +32,23 @@ if TYPE_CHECKING:
 TABLE_COLUMNS = ("database", "schema", "table")
 
 
+# Events one partial-fold task folds at most (a few hundred MB of Arrow in its Python worker).
+TASK_EVENTS = 1_000_000
+
+
 @dataclass(frozen=True)
 class FoldPlan:
     keys: tuple[tuple[TableId, tuple[str, ...]], ...]  # the tables folded and their key columns
     barriers: tuple[Barrier, ...]
     buckets: int
+    events: int = 0  # the batch's DML events (the decode's counts): how many partial-fold tasks
+
+    def tasks(self) -> int:
+        """Partial-fold tasks: one per bucket (executor core), more only past ``TASK_EVENTS`` each. A
+        decode task's events are merged with its neighbours' first (a narrow ``coalesce``): measured on
+        1M events over 100k keys, ten decode tasks' partial folds kept 630k winners for the shuffle, two
+        kept 200k."""
+        return max(self.buckets, -(-self.events // TASK_EVENTS))
 
 
 def _events(batches: Iterable[pa.RecordBatch], plan: FoldPlan) -> pa.Table | None:
@@ -55,7 +67,10 @@ def _events(batches: Iterable[pa.RecordBatch], plan: FoldPlan) -> pa.Table | Non
         events["database"], events["schema"], events["table"], ".", null_handling="skip"
     )
     mask = pc.and_(pc.is_in(events["op"], pa.array(DML_OPS)), pc.is_in(ident, value_set=labels))
-    events = events.filter(pc.fill_null(mask, False))
+    mask = pc.fill_null(mask, False)
+    if pc.all(mask).as_py():  # the usual case: filtering would copy every image for nothing
+        return events
+    events = events.filter(mask)
     return events if events.num_rows else None
 
 
@@ -217,6 +232,9 @@ def fold_batch(events: DataFrame, plan: FoldPlan) -> dict[TableId, pa.Table]:
 
     if not plan.keys:
         return {}
+    tasks = plan.tasks()
+    if events.rdd.getNumPartitions() > tasks:
+        events = events.coalesce(tasks)
     if events.rdd.getNumPartitions() == 1:  # one task holds every event: its fold is the final one
         folded = events.mapInArrow(partial(final_fold, plan), payload.SCHEMA_DDL)
     else:
