@@ -60,6 +60,7 @@ class DecodePlan:
     batch_id: int
     routes: tuple[RouteRule, ...] = ()
     changelog: str | None = None  # the change-log table's folder, when this batch writes it
+    spill: str | None = None  # the batch's folder for results read from files (payload.to_files)
     slice_rows: int = SLICE_ROWS
     wanted: frozenset[tuple[Any, ...]] = field(
         default_factory=frozenset
@@ -194,7 +195,7 @@ class ChangelogFiles:
     def __init__(self, root: str, batch_id: int) -> None:
         from pyarrow import fs
 
-        self.filesystem, self.base = fs.FileSystem.from_uri(_uri(root))
+        self.filesystem, self.base = fs.FileSystem.from_uri(payload.folder_uri(root))
         self.batch_id = batch_id
         self.writers: dict[tuple[str | None, str | None], tuple[Any, str, list[int]]] = {}
 
@@ -269,13 +270,6 @@ def _changelog_files_schema() -> pa.Schema:
 CHANGELOG_FILES = _changelog_files_schema()
 
 
-def _uri(root: str) -> str:
-    """A folder as a pyarrow file-system URI (plain paths are local)."""
-    if "://" in root or root.startswith("file:"):
-        return root.replace("s3a://", "s3://", 1).replace("s3n://", "s3://", 1)
-    return "file://" + os.path.abspath(root)
-
-
 def _slim(dml: pa.Table) -> pa.Table:
     """``before`` is read only for a delete and for an update that changes the key (the fold, history):
     left out of the cached events elsewhere (an update's old image is a third of a canal batch)."""
@@ -343,8 +337,11 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
                     # Cached for the fold: the columns it reads (type maps, DDL text and barrier events
                     # are in the small results already).
                     yield from payload.rows([("events", 0, _slim(dml.select(list(FOLD_COLUMNS))))])
-    small = [("groups", groups), ("types", types), ("barriers", barriers), ("dead", dead)]
+    small = [("groups", groups), ("types", types), ("barriers", barriers)]
     yield from payload.rows((kind, 0, payload.concat(parts)) for kind, parts in small if parts)
+    if dead:  # with their raw bytes: a batch of bad records is as large as the batch
+        items = [("dead", 0, payload.concat(dead))]
+        yield from payload.to_files(plan.spill, items) if plan.spill else payload.rows(items)
     if changelog is not None:
         yield from payload.rows([("changelog", 0, changelog.close())])
 

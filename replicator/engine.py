@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from replicator import payload
 from replicator.apply import (
     DeadRow,
     TableApplier,
@@ -87,6 +88,8 @@ class Engine:
         )
         self.on_barrier = barrier_handler(config)
         self._background = ThreadPoolExecutor(1, thread_name_prefix="changelog")
+        # Where the executors leave a batch's large results for the driver (payload.to_files).
+        self._spill = str(Path(config.state.path) / "tmp" / "batch")
 
     def mirror_path(self, table: TableId) -> Path:
         database, schema, name = table
@@ -105,8 +108,6 @@ class Engine:
     ) -> BatchSummary:
         """Raw records (sources.raw_schema) made on the driver as one micro-batch (tests, dead-letter
         retries): handed to Spark as they are, then the same path as a streamed batch."""
-        from replicator import payload
-
         spark = spark or _spark()
         return self._run(payload.frame(spark, [("records", records)]), "records", batch_id, time.monotonic())
 
@@ -123,8 +124,6 @@ class Engine:
         self, events: pa.Table, batch_id: int, spark: SparkSession | None = None
     ) -> BatchSummary:
         """Already decoded events (the change log, for replay) as one batch; not recorded as a batch."""
-        from replicator import payload
-
         spark = spark or _spark()
         return self._run(payload.frame(spark, [("events", events)]), "events", batch_id, None)
 
@@ -141,13 +140,18 @@ class Engine:
             batch_id=batch_id,
             routes=tuple(self.config.tables.route),
             changelog=str(self.state.root / "changelog") if write_changelog else None,
+            spill=self._spill,
         )
-        batch = DecodedBatch(inputs, plan)
+        payload.clear(self._spill)  # a crashed batch's leftovers (one job per state folder)
         try:
-            phases.lap("read+decode")
-            summary = self._process(batch, batch_id, phases)
+            batch = DecodedBatch(inputs, plan)
+            try:
+                phases.lap("read+decode")
+                summary = self._process(batch, batch_id, phases)
+            finally:
+                batch.release()
         finally:
-            batch.release()
+            payload.clear(self._spill)
         if started is not None:
             summary.duration_ms = int((time.monotonic() - started) * 1000)
             self.state.record_batch(summary)
@@ -230,6 +234,7 @@ class Engine:
                 barriers=tuple(barriers),
                 buckets=_buckets(batch.frame),
                 events=sum(g["n"] for g in groups if g["ok"] and g["op"] in DML_OPS),
+                spill=self._spill,
             )
             folded = fold_batch(batch.events, plan)
             phases.lap("fold")

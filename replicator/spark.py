@@ -21,9 +21,9 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
-    # The JVM moves and caches (on disk) a batch's events as a few large binary values, and holds the
-    # fold's task results while the driver collects them: 1g ran out on 500k-event batches (measured).
-    "spark.driver.memory": "2g",
+    # The JVM moves and caches (on disk) a batch's events as a few large binary values; what the driver
+    # collects that may be large (net changes, dead letters) comes through files (payload.to_files).
+    "spark.driver.memory": "1g",
     # A heap that runs out in one of Spark's own threads (task-result-getter) leaves the job waiting
     # forever: exit instead, so the run fails and restarts from its checkpoint (exactly once holds).
     "spark.driver.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",

@@ -59,6 +59,7 @@ def _stop(proc: subprocess.Popen) -> None:
 @contextmanager
 def standalone(tmp: Path, cores: int = 2, memory: str = "2g") -> Iterator[tuple[str, dict[str, str]]]:
     """Start a master and one worker; yields (master URL, the environment to submit jobs with)."""
+    tmp.mkdir(parents=True, exist_ok=True)
     env = cluster_env(tmp)
     port = _free_port()
     master = _start(

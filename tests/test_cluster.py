@@ -62,22 +62,17 @@ def _run(cmd: list[str], env: dict[str, str]) -> None:
     assert done.returncode == 0, done.stderr[-5000:]
 
 
+def _mirror_command(job: Path, env: dict[str, str]) -> None:
+    """The ``replicator`` command's mirror, as a user starts it."""
+    command = [sys.executable, "-m", "replicator.commands.cli", "mirror", "--config", str(job)]
+    _run([*command, "--available-now"], env)
+
+
 def test_a_cluster_mirrors_what_a_local_run_mirrors(cluster, tmp_path):
     url, env = cluster
     landing = _landing(tmp_path)
     local_env = {**env, "REPLICATOR_SPARK_MASTER": "local[2]"}
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "replicator.commands.cli",
-            "mirror",
-            "--config",
-            str(_job(tmp_path, "local", landing)),
-            "--available-now",
-        ],
-        local_env,
-    )
+    _mirror_command(_job(tmp_path, "local", landing), local_env)
     expected = _mirror(tmp_path, "local")
     assert len(expected) == 300 - len(range(0, 300, 7))
 
@@ -99,18 +94,7 @@ def test_a_cluster_mirrors_what_a_local_run_mirrors(cluster, tmp_path):
     assert _mirror(tmp_path, "submitted") == expected
 
     cluster_env = {**env, "REPLICATOR_SPARK_MASTER": url}
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "replicator.commands.cli",
-            "mirror",
-            "--config",
-            str(_job(tmp_path, "command", landing)),
-            "--available-now",
-        ],
-        cluster_env,
-    )
+    _mirror_command(_job(tmp_path, "command", landing), cluster_env)
     assert _mirror(tmp_path, "command") == expected
     # Both cluster runs were applications of the worker: it started an executor for each.
     apps = sorted((Path(env["SPARK_WORKER_DIR"])).glob("app-*/*/stderr"))

@@ -229,9 +229,9 @@ def kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def crash_at(config: Path, point: str) -> None:
+def crash_at(config: Path, point: str, harness: str = HARNESS) -> None:
     log = config.parent / f"crash-{point}.log"
-    proc = start([sys.executable, "-c", HARNESS, str(config), point], log)
+    proc = start([sys.executable, "-c", harness, str(config), point], log)
     try:
         proc.wait(timeout=600)
     finally:

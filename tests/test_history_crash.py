@@ -8,15 +8,14 @@ batch 1's markers (its deletes) are appended and before the history's MERGE (``m
 
 from __future__ import annotations
 
-import signal
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import delta_table
-from tests.test_crash import TABLES, finish, kill_group, mirror_rows, start, txns, workload, write_job
+from tests.test_crash import TABLES, finish, mirror_rows, txns, workload, write_job
+from tests.test_crash import crash_at as crash
 
 HARNESS = textwrap.dedent("""
     import os, signal, sys
@@ -48,15 +47,7 @@ def history_job(root: Path, files: list[list[dict]]) -> Path:
 
 
 def crash_at(config: Path, point: str) -> None:
-    log = config.parent / f"crash-{point}.log"
-    proc = start([sys.executable, "-c", HARNESS, str(config), point], log)
-    try:
-        proc.wait(timeout=600)
-    finally:
-        kill_group(proc)
-    err = log.read_text()
-    assert proc.returncode == -signal.SIGKILL, f"{point}: exit {proc.returncode}\n{err[-3000:]}"
-    assert f"CRASH-POINT {point}" in err, f"{point} was never reached\n{err[-3000:]}"
+    crash(config, point, HARNESS)
 
 
 def history_rows(root: Path, table: str) -> list[dict]:

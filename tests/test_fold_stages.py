@@ -1,0 +1,70 @@
+"""The fold as Spark runs it (partial fold per task, shuffle by key hash, final fold; net changes through
+files or through Spark's results) keeps exactly what one fold over all the batch's events keeps.
+
+Engine tests' batches are small enough to be folded by one task (``FoldPlan.small_batch``): this property
+forces the partial/final stages, whatever the events' split across tasks and their delivery order."""
+
+from __future__ import annotations
+
+import random
+import tempfile
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replicator import payload
+from replicator.decode import FOLD_COLUMNS
+from replicator.dialects.base import decode
+from replicator.fold import FoldPlan, fold_batch
+from replicator.fold.arrow import fold
+from tests.dialects.golden import raw_records
+from tests.helpers import canal, order
+
+TABLE = ("shop", None, "orders")
+OPS = st.tuples(
+    st.sampled_from(["INSERT", "UPDATE", "DELETE"]), st.integers(0, 5), st.integers(0, 5), st.integers(0, 9)
+)
+
+
+def messages(ops: list[tuple[str, int, int, int]]) -> list[dict]:
+    """One message per op, ``es`` in op order; an UPDATE whose two keys differ moves its row."""
+    out = []
+    for es, (op, key, new_key, value) in enumerate(ops, start=1):
+        if op == "UPDATE":
+            old = [{"id": str(key)}] if new_key != key else [{"name": "before"}]
+            out.append(canal(op, [order(new_key, name=f"v{value}")], es=es, old=old))
+        else:
+            out.append(canal(op, [order(key, name=f"v{value}")], es=es))
+    return out
+
+
+def net(table) -> list[tuple]:  # type: ignore[no-untyped-def]
+    rows = table.select(["key", "op", "image", "seq"]).to_pylist()
+    return sorted((tuple(r["key"]), r["op"], r["image"], tuple(r["seq"])) for r in rows)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ops=st.lists(OPS, min_size=1, max_size=40),
+    tasks=st.integers(2, 4),
+    buckets=st.integers(1, 3),
+    spill=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_the_spark_fold_keeps_what_one_fold_keeps(spark, ops, tasks, buckets, spill, seed):
+    sent = messages(ops)
+    random.Random(seed).shuffle(sent)  # delivery order is not the order of the changes: seq decides
+    events = decode(raw_records(sent), "canal-json", sort_keys=True).select(list(FOLD_COLUMNS))
+    expected = dict(fold(events, {TABLE: ["id"]}, ()))
+    frame = payload.frame(spark, [("events", events)], slice_rows=max(1, events.num_rows // tasks))
+    with tempfile.TemporaryDirectory() as folder:
+        plan = FoldPlan(
+            keys=((TABLE, ("id",)),),
+            barriers=(),
+            buckets=buckets,
+            events=events.num_rows,
+            spill=folder if spill else None,
+            small_batch=0,
+        )
+        got = fold_batch(frame.repartition(tasks), plan)
+    assert net(got[TABLE]) == net(expected[TABLE])
