@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -23,7 +22,7 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
-from workload import write_files, write_job  # noqa: E402
+from workload import run_watched, write_files, write_job  # noqa: E402
 
 from tests.cluster import spark_home, standalone  # noqa: E402
 
@@ -65,37 +64,24 @@ def main() -> None:
     with standalone(workdir / "cluster") as (url, env):
         worker = int(env["REPLICATOR_WORKER_PID"])
         worker_own = sum(psutil.Process(worker).cpu_times()[:2])
-        started = time.monotonic()
-        submit = subprocess.Popen(
-            [
-                str(spark_home() / "bin" / "spark-submit"),
-                "--master",
-                url,
-                "--conf",
-                "spark.executor.memory=4g",
-                "--conf",
-                "spark.driver.memory=2g",
-                str(REPO / "jobs" / "mirror.py"),
-                "--config",
-                str(job),
-                "--available-now",
-            ],
+        seen: dict[str, dict[tuple[int, float], float]] = {"driver": {}, "worker": {}}
+        command = [
+            str(spark_home() / "bin" / "spark-submit"),
+            "--master",
+            url,
+            "--conf",
+            "spark.executor.memory=4g",
+            str(REPO / "jobs" / "mirror.py"),
+            "--config",
+            str(job),
+            "--available-now",
+        ]
+        wall, out, _err = run_watched(
+            command,
+            lambda pid, stop: sample({"driver": pid, "worker": worker}, seen, stop),
             cwd=REPO,
             env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
         )
-        seen: dict[str, dict[tuple[int, float], float]] = {"driver": {}, "worker": {}}
-        stop = threading.Event()
-        watcher = threading.Thread(target=sample, args=({"driver": submit.pid, "worker": worker}, seen, stop))
-        watcher.start()
-        out, err = submit.communicate()
-        wall = time.monotonic() - started
-        stop.set()
-        watcher.join()
-        if submit.returncode != 0:
-            raise SystemExit(f"spark-submit failed:\n{err[-4000:]}")
         worker_key = next(k for k in seen["worker"] if k[0] == worker)
         executors = sum(seen["worker"].values()) - seen["worker"][worker_key]
         worker_jvm = seen["worker"][worker_key] - worker_own

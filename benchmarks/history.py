@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workload import batch_lines, write_files, write_job
+from workload import batch_lines, mirror_command, write_files, write_job
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -32,7 +32,7 @@ def run(workdir: Path, history: bool) -> list[dict]:
         job.write_text(job.read_text() + 'tables: {history: ["bench.*"]}\n')
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "replicator.commands.cli", "mirror", "--config", str(job), "--available-now"],
+        mirror_command(job),
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -40,7 +40,8 @@ def main() -> None:
                 "events": events,
                 "batches": batches,
                 "wall_s": round(wall, 1),
-                "peak_rss_mb": round(peak / 2**20),
+                "peak_rss_mb": round(sum(peak.values()) / 2**20),
+                "peak_rss_mb_by_process": {k: round(v / 2**20) for k, v in peak.items()},
             }
         )
     result = {

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workload import TYPES, write_files, write_job
+from workload import TYPES, mirror_command, write_files, write_job
 
 REPO = Path(__file__).resolve().parent.parent
 JOB = "soak"
@@ -183,15 +183,7 @@ def run_once(job: Path, log: Path, kill_after: float | None) -> tuple[str, float
     started = time.monotonic()
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "replicator.commands.cli",
-                "mirror",
-                "--config",
-                str(job),
-                "--available-now",
-            ],
+            mirror_command(job),
             cwd=REPO,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -14,7 +14,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -24,56 +23,57 @@ import orjson
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workload import batch_lines, write_files, write_job
+from workload import batch_lines, mirror_command, run_watched, write_files, write_job
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def tree_rss(proc: psutil.Process) -> int:
-    """RSS of the command (Python driver), its direct children (the Spark JVM) and every Python process
-    below them (Spark's Python daemon and workers, which decode and fold). Not the JVM's other children:
-    Hadoop's local file system forks ``chmod``/``readlink``, and a forked child shows the JVM's whole RSS
-    until it execs (counting it doubled the JVM, measured)."""
-    total = proc.memory_info().rss
-    for child in proc.children(recursive=True):
+def _kind(proc: psutil.Process, root: psutil.Process) -> str | None:
+    """driver (the command), jvm (its direct children: the Spark JVM), workers (every Python process below
+    them: Spark's Python daemon and workers, which decode and fold). Not the JVM's other children: Hadoop's
+    local file system forks ``chmod``/``readlink``, and a forked child shows the JVM's whole RSS until it
+    execs (counting it doubled the JVM, measured)."""
+    if proc.pid == root.pid:
+        return "driver"
+    if proc.ppid() == root.pid:
+        return "jvm"
+    return "workers" if proc.name().startswith("python") else None
+
+
+def tree_rss(proc: psutil.Process) -> dict[str, int]:
+    """RSS of the command's process tree by kind of process (:func:`_kind`)."""
+    by_kind = {"driver": 0, "jvm": 0, "workers": 0}
+    for p in [proc, *proc.children(recursive=True)]:
         try:
-            if child.ppid() == proc.pid or child.name().startswith("python"):
-                total += child.memory_info().rss
+            kind = _kind(p, proc)
+            if kind is not None:
+                by_kind[kind] += p.memory_info().rss
         except psutil.Error:
             pass
-    return total
+    return by_kind
 
 
-def peak_rss(proc: psutil.Process, stop: threading.Event, out: list[int]) -> None:
-    peak = 0
+def peak_rss(pid: int, stop: threading.Event, out: list[dict[str, int]]) -> None:
+    """The process tree's RSS at its peak, by kind of process."""
+    peak: dict[str, int] = {}
+    root = psutil.Process(pid)
     while not stop.is_set():
         try:
-            peak = max(peak, tree_rss(proc))
+            now = tree_rss(root)
+            if sum(now.values()) > sum(peak.values()):
+                peak = now
         except psutil.Error:
             pass
         time.sleep(0.2)
     out.append(peak)
 
 
-def run_mirror(workdir: Path, files_per_trigger: int) -> tuple[float, int, str]:
+def run_mirror(workdir: Path, files_per_trigger: int) -> tuple[float, dict[str, int], str]:
+    """``mirror --available-now`` of the workload's job: (wall seconds, peak RSS by process, its log)."""
     job = write_job(workdir, "bench", files_per_trigger)
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "replicator.commands.cli", "mirror", "--config", str(job), "--available-now"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    stop, peak = threading.Event(), []
-    watcher = threading.Thread(target=peak_rss, args=(psutil.Process(proc.pid), stop, peak))
-    watcher.start()
-    _out, err = proc.communicate()
-    elapsed = time.monotonic() - started
-    stop.set()
-    watcher.join()
-    if proc.returncode != 0:
-        raise SystemExit(f"mirror failed:\n{err[-4000:]}")
+    peak: list[dict[str, int]] = []
+    command = mirror_command(job)
+    elapsed, _out, err = run_watched(command, lambda pid, stop: peak_rss(pid, stop, peak), cwd=REPO)
     return elapsed, peak[0], err
 
 
@@ -123,7 +123,8 @@ def main() -> None:
         "mirror_rows": rows,
         "wall_s": round(elapsed, 2),
         "events_per_s": round(args.events / elapsed),
-        "peak_rss_mb": round(rss / 2**20),
+        "peak_rss_mb": round(sum(rss.values()) / 2**20),
+        "peak_rss_mb_by_process": {k: round(v / 2**20) for k, v in rss.items()},
         "floor_s": round(floor_s, 2),
         "ratio_to_floor": round(elapsed / floor_s, 1),
         "batches": len(batches),

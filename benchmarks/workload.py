@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +144,35 @@ def batch_lines(log: str) -> list[dict[str, Any]]:
     import json
 
     return [json.loads(line) for line in log.splitlines() if line.startswith("{") and '"batch"' in line]
+
+
+def mirror_command(job: Path) -> list[str]:
+    """The ``replicator mirror --available-now`` command of a job file, as a user runs it."""
+    return [
+        sys.executable,
+        "-m",
+        "replicator.commands.cli",
+        "mirror",
+        "--config",
+        str(job),
+        "--available-now",
+    ]
+
+
+def run_watched(
+    command: list[str], sampler: Callable[[int, threading.Event], None], **popen: Any
+) -> tuple[float, str, str]:
+    """Run a command while ``sampler(pid, stop)`` watches its processes from a thread; (wall seconds,
+    stdout, stderr). A failed command ends the benchmark with its stderr's tail."""
+    started = time.monotonic()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    stop = threading.Event()
+    watcher = threading.Thread(target=sampler, args=(proc.pid, stop))
+    watcher.start()
+    out, err = proc.communicate()
+    elapsed = time.monotonic() - started
+    stop.set()
+    watcher.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"{Path(command[0]).name} failed:\n{err[-4000:]}")
+    return elapsed, out, err
