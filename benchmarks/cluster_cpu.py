@@ -36,15 +36,16 @@ def _tree(pid: int) -> list[psutil.Process]:
 
 
 def sample(
-    groups: dict[str, int], seen: dict[str, dict[tuple[int, float], float]], stop: threading.Event
+    groups: dict[str, int], seen: dict[str, dict[tuple[int, float, str], float]], stop: threading.Event
 ) -> None:
-    """The last CPU time (user + system) of every process under each group's root, by (pid, start)."""
+    """The last CPU time (user + system) of every process under each group's root, by (pid, start,
+    program name)."""
     while not stop.is_set():
         for name, pid in groups.items():
             for proc in _tree(pid):
                 try:
                     t = proc.cpu_times()
-                    seen[name][(proc.pid, proc.create_time())] = t.user + t.system
+                    seen[name][(proc.pid, proc.create_time(), proc.name())] = t.user + t.system
                 except psutil.Error:
                     pass
         time.sleep(0.25)
@@ -56,21 +57,23 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--per-file", type=int, default=100_000)
     parser.add_argument("--workdir", default=str(REPO / "bench-out" / "cluster_cpu"))
+    parser.add_argument("--driver-java-options", default="", help="passed to spark-submit as they are")
     args = parser.parse_args()
     workdir = Path(args.workdir)
     shutil.rmtree(workdir, ignore_errors=True)
     write_files(workdir / "landing", args.events, args.keys, args.per_file)
     job = write_job(workdir, "bench", 0)
-    with standalone(workdir / "cluster") as (url, env):
+    with standalone(workdir / "cluster", memory="6g") as (url, env):
         worker = int(env["REPLICATOR_WORKER_PID"])
         worker_own = sum(psutil.Process(worker).cpu_times()[:2])
-        seen: dict[str, dict[tuple[int, float], float]] = {"driver": {}, "worker": {}}
+        seen: dict[str, dict[tuple[int, float, str], float]] = {"driver": {}, "worker": {}}
         command = [
             str(spark_home() / "bin" / "spark-submit"),
             "--master",
             url,
             "--conf",
             "spark.executor.memory=4g",
+            *(["--driver-java-options", args.driver_java_options] if args.driver_java_options else []),
             str(REPO / "jobs" / "mirror.py"),
             "--config",
             str(job),
@@ -86,10 +89,14 @@ def main() -> None:
         executors = sum(seen["worker"].values()) - seen["worker"][worker_key]
         worker_jvm = seen["worker"][worker_key] - worker_own
     driver = sum(seen["driver"].values())
+    driver_python = sum(v for k, v in seen["driver"].items() if k[2].startswith("python"))
     result = {
         "events": args.events,
+        "driver_java_options": args.driver_java_options,
         "wall_s": round(wall, 1),
         "driver_cpu_s": round(driver, 1),
+        "driver_python_cpu_s": round(driver_python, 1),
+        "driver_jvm_cpu_s": round(driver - driver_python, 1),
         "executors_cpu_s": round(executors, 1),
         "executor_share": round(executors / (driver + executors), 3),
         "worker_daemon_cpu_s": round(worker_jvm, 1),
