@@ -20,6 +20,7 @@ This module calls them in that order, with the batch's phases timed. docs/perfor
 from __future__ import annotations
 
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,8 +89,10 @@ class Engine:
         )
         self.on_barrier = barrier_handler(config)
         self._background = ThreadPoolExecutor(1, thread_name_prefix="changelog")
-        # Where the executors leave a batch's large results for the driver (payload.to_files).
-        self._spill = str(Path(config.state.path) / "tmp" / "batch")
+        # Where the executors leave a batch's large results for the driver (payload.to_files): a folder of
+        # this engine's own, since a `dead-letters retry` may run beside the mirror job on one state.
+        self._spill = str(Path(config.state.path) / "tmp" / f"batch-{uuid.uuid4().hex}")
+        _clear_stale(Path(config.state.path) / "tmp")
 
     def mirror_path(self, table: TableId) -> Path:
         database, schema, name = table
@@ -142,7 +145,6 @@ class Engine:
             changelog=str(self.state.root / "changelog") if write_changelog else None,
             spill=self._spill,
         )
-        payload.clear(self._spill)  # a crashed batch's leftovers (one job per state folder)
         try:
             batch = DecodedBatch(inputs, plan)
             try:
@@ -497,6 +499,22 @@ def _unkeyed(rows: pa.Table) -> list[DeadRow]:
         )
         for r in rows.to_pylist()
     ]
+
+
+def _clear_stale(folder: Path, hours: float = 24) -> None:
+    """Remove the payload folders of engines that died (kill -9) more than ``hours`` ago; a live engine's
+    folder exists only while one of its batches runs."""
+    import shutil
+
+    if not folder.is_dir():
+        return
+    cutoff = time.time() - hours * 3600
+    for child in folder.glob("batch-*"):
+        try:
+            if child.stat().st_mtime < cutoff:
+                shutil.rmtree(child, ignore_errors=True)
+        except OSError:
+            pass
 
 
 def _buckets(frame: DataFrame) -> int:

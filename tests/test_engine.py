@@ -302,9 +302,10 @@ def test_a_tombstoned_key_in_a_batch_does_not_hold_back_the_other_keys(runner, t
 
 
 def test_a_batch_of_several_decode_tasks(spark, tmp_path):
-    """25,000 records in three files: three Spark decode tasks (one per file), each decoding slice by
-    slice (decode.SLICE_ROWS) and folding its own events before the shuffle; keys spread over all of
-    them fold to one net change each; one bad record among them is a dead letter."""
+    """25,000 keys in three files: three Spark decode tasks (one per file), each decoding slice by
+    slice (decode.SLICE_ROWS); keys spread over all of them fold to one net change each (one fold task:
+    a batch this small is not shuffled, fold.SMALL_BATCH; the shuffled fold is tests/test_fold_stages.py);
+    one bad record among them is a dead letter, read by the driver from its task's file."""
     from replicator.decode import SLICE_ROWS
 
     runner = Runner(spark, job(tmp_path))
@@ -328,3 +329,26 @@ def test_a_batch_of_several_decode_tasks(spark, tmp_path):
     rows = {r["id"]: r["name"] for r in runner.mirror()}
     expected = {i: ("u" if i % 2 == 0 else f"n{i}") for i in range(count) if i % 4 != 0}
     assert rows == expected
+
+
+def test_a_batch_leaves_no_payload_files_and_stale_folders_go(spark, tmp_path):
+    """Net changes and dead letters reach the driver as files in the engine's own folder under
+    ``<state>/tmp``: gone once the batch is done; a dead engine's folder older than a day goes when an
+    engine starts, a recent one (another engine's running batch) stays."""
+    import os
+    import time
+
+    config = job(tmp_path)
+    stale = tmp_path / "state" / "tmp" / "batch-dead"
+    recent = tmp_path / "state" / "tmp" / "batch-running"
+    for folder in (stale, recent):
+        folder.mkdir(parents=True)
+        (folder / "x.arrow").write_bytes(b"")
+    day_ago = time.time() - 25 * 3600
+    os.utime(stale, (day_ago, day_ago))
+    runner = Runner(spark, config)
+    assert not stale.exists() and recent.exists()
+    summary = runner.messages(tmp_path, [canal("INSERT", [order(1)], es=ES), "not json"])
+    assert summary.applied == 1 and summary.dead_letters == 1
+    assert [r["raw"] for r in runner.dead_letters()] == [b"not json"]
+    assert sorted(p.name for p in (tmp_path / "state" / "tmp").iterdir()) == ["batch-running"]
