@@ -58,6 +58,7 @@ def main() -> None:
     parser.add_argument("--per-file", type=int, default=100_000)
     parser.add_argument("--workdir", default=str(REPO / "bench-out" / "cluster_cpu"))
     parser.add_argument("--driver-java-options", default="", help="passed to spark-submit as they are")
+    parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE, passed to spark-submit")
     args = parser.parse_args()
     workdir = Path(args.workdir)
     shutil.rmtree(workdir, ignore_errors=True)
@@ -74,6 +75,7 @@ def main() -> None:
             "--conf",
             "spark.executor.memory=4g",
             *(["--driver-java-options", args.driver_java_options] if args.driver_java_options else []),
+            *[part for conf in args.conf for part in ("--conf", conf)],
             str(REPO / "jobs" / "mirror.py"),
             "--config",
             str(job),
@@ -93,6 +95,7 @@ def main() -> None:
     result = {
         "events": args.events,
         "driver_java_options": args.driver_java_options,
+        "conf": args.conf,
         "wall_s": round(wall, 1),
         "driver_cpu_s": round(driver, 1),
         "driver_python_cpu_s": round(driver_python, 1),

@@ -344,6 +344,8 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
         yield from payload.to_files(plan.spill, items) if plan.spill else payload.rows(items)
     if changelog is not None:
         yield from payload.rows([("changelog", 0, changelog.close())])
+    del groups, types, barriers, dead
+    payload.release_memory()  # the worker is reused for the batch's next task
 
 
 def raw_lookup(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

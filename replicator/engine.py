@@ -154,6 +154,7 @@ class Engine:
                 batch.release()
         finally:
             payload.clear(self._spill)
+            payload.release_memory()
         if started is not None:
             summary.duration_ms = int((time.monotonic() - started) * 1000)
             self.state.record_batch(summary)
@@ -309,10 +310,13 @@ class Engine:
         batch_id: int,
     ) -> list[TableResult]:
         work: list[TableBatch] = []
-        for table, rows in folded.items():
-            if table not in keys:
-                continue
-            work.append(self._table_batch(table, rows, by_table, types, keys, registry))
+        for table in list(folded):
+            # Taken out of the batch's dict: the table's applier holds the only reference to its rows and
+            # frees their images once typed (TableApplier.run).
+            rows = folded.pop(table)
+            if table in keys:
+                work.append(self._table_batch(table, rows, by_table, types, keys, registry))
+            del rows
         seen = {w.table for w in work}
         for table in set(by_table) - seen:
             if table in keys:

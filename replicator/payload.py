@@ -9,10 +9,11 @@ decoding). A row's ``kind`` says what the table holds (``events``, ``groups``, `
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
@@ -148,3 +149,29 @@ def frame(spark: SparkSession, parts: Iterable[tuple[str, pa.Table]], slice_rows
         for start in range(0, max(table.num_rows, 1), slice_rows):
             data.append((kind, 0, to_ipc(table.slice(start, slice_rows))))
     return spark.createDataFrame(data or [("none", 0, to_ipc(pa.table({})))], SCHEMA_DDL)
+
+
+def release_memory() -> None:
+    """Give freed memory back to the system at the end of a stage.
+
+    Arrow's pool (mimalloc) keeps what a batch freed for the next one, and glibc keeps Python's and the
+    libraries' freed chunks mapped until trimmed; in a process that lives across batches (the driver,
+    Spark's reused Python workers) that memory stays in its RSS while the other processes peak. Measured
+    on the 5M catch-up: the driver kept ~0.4 GB between batches, each worker ~0.2 GB between tasks."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` (None on other C libraries)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    return getattr(libc, "malloc_trim", None)

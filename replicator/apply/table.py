@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from replicator import payload
 from replicator.apply.documents import PatchError, apply_patches
 from replicator.logging import get_logger
 from replicator.model import CDC_COLUMNS, CDC_EVENT_TIME, CDC_OP, CDC_POSITION, CDC_SEQ, TableId, table_label
@@ -49,6 +50,10 @@ class DeadRow:
     error: str
     database: str | None
     table: str | None
+
+
+# Net changes of one segment from which freeing the images before the MERGE is worth a pool collection.
+LARGE_PART = 50_000
 
 
 @dataclass
@@ -308,16 +313,26 @@ class TableApplier:
                         self._advance(typed)
                 self.result.state = self.table_state
                 return self.result
-        rows = self.work.rows
+        # The applier owns the rows from here: their images are freed once typed, before the MERGE (its
+        # memory peak on the driver; measured on the 5M catch-up, ~0.2 GB of maps per 300k rows).
+        rows, self.work.rows = self.work.rows, self.work.rows.slice(0, 0)
         segments = max(
-            [len(self.work.barriers)] + ([max(rows["segment"].to_pylist()) + 1] if rows.num_rows else [0])
+            [len(self.work.barriers)] + ([pc.max(rows["segment"]).as_py() + 1] if rows.num_rows else [0])
         )
         committed = False
         for segment in range(segments + 1):
-            part = rows.filter(pc.equal(rows["segment"], segment)) if rows.num_rows else rows
             last_segment = segment >= len(self.work.barriers)
-            if part.num_rows:
-                committed = self.apply_rows(part, txn if last_segment else None) or committed
+            if not self.work.barriers:  # one segment: every row, not a filtered copy
+                part, rows = rows, rows.slice(0, 0)
+            else:
+                part = rows.filter(pc.equal(rows["segment"], segment)) if rows.num_rows else rows
+            typed = self.prepare_rows(part) if part.num_rows else None
+            large = part.num_rows >= LARGE_PART
+            del part
+            if large:  # the freed images go back to the system, not only to Arrow's pool (delta-rs
+                payload.release_memory()  # allocates through malloc, not the pool)
+            if typed is not None:
+                committed = self.commit_rows(typed, txn if last_segment else None) or committed
             if segment < len(self.work.barriers):
                 self.apply_barrier(self.work.barriers[segment])
             if last_segment:
@@ -327,14 +342,16 @@ class TableApplier:
         self.result.state = self.table_state
         return self.result
 
-    def apply_rows(self, part: pa.Table, txn: Txn | None) -> bool:
+    def prepare_rows(self, part: pa.Table) -> pa.Table | None:
+        """A segment's net changes -> typed rows for the mirror, past the table's horizon and tombstones
+        (None: nothing left to apply)."""
         horizon = self.table_state.truncate_seq
         if horizon and part.num_rows:
             # At or before the table's horizon (a truncate, a drop, a rename away): applied already or gone.
             # Decided before anything is created, so a renamed-away name does not come back empty.
             part = part.filter(pc.greater(part["seq_text"], pa.scalar(horizon)))
             if part.num_rows == 0:
-                return False
+                return None
         part, dead = self.resolve_patches(part)
         self.result.dead.extend(dead)
         keys = pc.unique(part["image"].combine_chunks().keys).to_pylist() if part.num_rows else []
@@ -342,8 +359,11 @@ class TableApplier:
         typed, dead = self.typed(part)
         self.result.dead.extend(dead)
         typed = self.guard(typed)
-        if typed.num_rows == 0:
-            return False
+        return typed if typed.num_rows else None
+
+    def commit_rows(self, typed: pa.Table, txn: Txn | None) -> bool:
+        """Typed rows -> the mirror (a guarded MERGE, or an append of snapshot rows), then tombstones and
+        the table's position; True when the batch's app transaction was committed with them."""
         if append_snapshot(self, typed, txn):
             merged = MergeResult(inserted=typed.num_rows)
         else:

@@ -203,7 +203,10 @@ def partial_fold(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
             bucket = _bucket(table, folded["key"], plan.buckets)
             for b, part in _split(_as_events(table, folded), bucket):
                 out.setdefault(b, []).append(part)
+    del events  # folded: only the winners are sent on
     yield from payload.rows(("part", b, pa.concat_tables(parts)) for b, parts in out.items())
+    del out
+    payload.release_memory()  # the worker is reused for the batch's next task
 
 
 def final_fold(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -225,6 +228,8 @@ def final_fold(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa
             yield from payload.rows([("folded", 0, net)])
         else:
             yield from payload.to_files(plan.spill, [("folded", 0, net)])
+    del events, parts
+    payload.release_memory()
 
 
 def fold_batch(events: DataFrame, plan: FoldPlan) -> dict[TableId, pa.Table]:
