@@ -28,7 +28,14 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.driver.memory": "512m",
     # A heap that runs out in one of Spark's own threads (task-result-getter) leaves the job waiting
     # forever: exit instead, so the run fails and restarts from its checkpoint (exactly once holds).
-    "spark.driver.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",
+    # The JVM plans and moves a few large binary values per task, it does not process rows: a C1-only JIT
+    # with one compiler thread and the serial collector leave the cores to the Python workers (measured on
+    # the 1M catch-up: driver JVM CPU 19.0 s -> 8.6 s on a cluster, wall 35.3 s -> 28.6 s locally).
+    "spark.driver.extraJavaOptions": (
+        "-XX:+ExitOnOutOfMemoryError -XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC"
+    ),
+    # Whole-stage code generation compiles Java for plans that see a few payload rows per task.
+    "spark.sql.codegen.wholeStage": "false",
     # Only a batch's net changes and small results reach the driver (replicator.engine).
     "spark.driver.maxResultSize": "2g",
     "spark.sql.adaptive.enabled": "true",
