@@ -2,9 +2,10 @@
 
 Each task reads its share of the batch (files it opens itself, or Kafka rows), decodes it with the dialect
 classes in slices, writes the change log's Parquet files for its events, and returns payload rows
-(replicator.payload): the events themselves (kept in Spark's cache for the fold) and the batch's small
-results beside them: summary counts, barrier events, decode dead letters (with their own bytes), type maps
-and the change-log files written. Only the small results are collected by the driver.
+(replicator.payload): rows naming the Arrow files its events went to (in the batch's folder, for the
+fold) and the batch's small results beside them: summary counts, barrier events, decode dead letters
+(with their own bytes), type maps and the change-log files written. The driver collects those rows; no
+event passes through it.
 
 Everything here runs in Spark's Python workers: imports stay inside functions or light.
 """
@@ -272,7 +273,7 @@ CHANGELOG_FILES = _changelog_files_schema()
 
 def _slim(dml: pa.Table) -> pa.Table:
     """``before`` is read only for a delete and for an update that changes the key (the fold, history):
-    left out of the cached events elsewhere (an update's old image is a third of a canal batch)."""
+    left out of the fold's events elsewhere (an update's old image is a third of a canal batch)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -309,6 +310,8 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
     barriers: list[pa.Table] = []
     dead: list[pa.Table] = []
     changelog = ChangelogFiles(plan.changelog, plan.batch_id) if plan.changelog else None
+    # The events for the fold: in the batch's folder, named by one small row (payload.FileSink)
+    cached = payload.FileSink(plan.spill, "events") if plan.spill else None
     wanted_ops = pa.array([*DML_OPS, *BARRIER_OPS])
     with gc_paused():
         for batch in batches:
@@ -334,9 +337,15 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
                 if changelog is not None:
                     changelog.write(kept)
                 if dml.num_rows:
-                    # Cached for the fold: the columns it reads (type maps, DDL text and barrier events
-                    # are in the small results already).
-                    yield from payload.rows([("events", 0, _slim(dml.select(list(FOLD_COLUMNS))))])
+                    # Kept for the fold: the columns it reads (type maps, DDL text and barrier events are
+                    # in the small results already).
+                    slim = _slim(dml.select(list(FOLD_COLUMNS)))
+                    if cached is not None:
+                        cached.write(slim)
+                    else:
+                        yield from payload.rows([("events", 0, slim)])
+    if cached is not None:
+        yield from cached.close()
     small = [("groups", groups), ("types", types), ("barriers", barriers)]
     yield from payload.rows((kind, 0, payload.concat(parts)) for kind, parts in small if parts)
     if dead:  # with their raw bytes: a batch of bad records is as large as the batch
@@ -449,26 +458,23 @@ def barrier_rows(parts: list[pa.Table]) -> list[dict[str, Any]]:
 
 
 class DecodedBatch:
-    """A micro-batch decoded by the executors: its events stay in Spark's cache (for the fold and the few
+    """A micro-batch decoded by the executors: its events stay in the tasks' files (for the fold and the few
     lookups after it), its small results are here. One Spark job decodes every record."""
 
     def __init__(self, inputs: DataFrame, plan: DecodePlan) -> None:
         from collections import defaultdict
         from functools import partial
 
-        from pyspark import StorageLevel
-
         from replicator.dialects.events import decoded_schema
 
         self.inputs = inputs
         self.plan = plan
-        self.frame = inputs.mapInArrow(partial(decode_partition, plan), payload.SCHEMA_DDL).persist(
-            StorageLevel.DISK_ONLY
-        )
+        self.frame = inputs.mapInArrow(partial(decode_partition, plan), payload.SCHEMA_DDL)
+        # One Spark job; the events stay where the tasks left them (files in the batch's folder, or inline
+        # rows without one), the rest is read here.
+        self.event_rows, others = payload.split(self.frame.toArrow().to_batches(), "events")
         by_kind: dict[str, list[pa.Table]] = defaultdict(list)
-        for kind, _bucket, table in payload.items(
-            self.frame.where("kind <> 'events'").toArrow().to_batches()
-        ):
+        for kind, _bucket, table in payload.items(others):
             by_kind[kind].append(table)
         self.groups = merge_groups(by_kind["groups"])
         self.types = merge_types(by_kind["types"])
@@ -479,7 +485,8 @@ class DecodedBatch:
 
     @property
     def events(self) -> DataFrame:
-        return self.frame.where("kind = 'events'")
+        """The batch's DML events as payload rows (for the fold and the lookups after it)."""
+        return payload.frame_of(self.frame.sparkSession, self.event_rows)
 
     def select(self, tables: Iterable[tuple[str, str | None, str]], columns: list[str]) -> pa.Table:
         """Some columns of the events of some tables (e.g. the coordinates of DML without a key)."""
@@ -507,9 +514,6 @@ class DecodedBatch:
             ):
                 found[(s, p, o)] = r
         return found
-
-    def release(self) -> None:
-        self.frame.unpersist()
 
 
 def pa_schema(schema: pa.Schema, names: Iterable[str]) -> pa.Schema:

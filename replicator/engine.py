@@ -4,11 +4,11 @@ Each stage is a module or package of its own name, and imports go one way (tests
 
 - ``replicator.sources``: the batch's records (a Kafka DataFrame, or the listing of its files);
 - ``replicator.decode``: Spark tasks read and decode them with the dialects (mapInArrow), write the change
-  log's files and return payload rows (``replicator.payload``): the DML events stay in Spark's cache, the
-  driver collects the small results (summary counts, barrier events, dead letters, type maps, change-log
-  files to commit);
+  log's files and the DML events' Arrow files (in the batch's folder), and return payload rows
+  (``replicator.payload``) naming them; the driver collects those and the small results (summary counts,
+  barrier events, dead letters, type maps, change-log files to commit);
 - keys and barriers (``replicator.apply.barriers``), on the driver, from those small results;
-- ``replicator.fold``: two Spark stages around one shuffle (the Arrow fold is ``replicator.fold.arrow``);
+- ``replicator.fold``: two Spark stages exchanging files (the Arrow fold is ``replicator.fold.arrow``);
   only the net changes reach the driver;
 - ``replicator.apply``: per table, in parallel threads: typing, guarded MERGE, DDL (``apply.schema``),
   tombstones, phases, history tables;
@@ -147,11 +147,8 @@ class Engine:
         )
         try:
             batch = DecodedBatch(inputs, plan)
-            try:
-                phases.lap("read+decode")
-                summary = self._process(batch, batch_id, phases)
-            finally:
-                batch.release()
+            phases.lap("read+decode")
+            summary = self._process(batch, batch_id, phases)
         finally:
             payload.clear(self._spill)
             payload.release_memory()
@@ -452,9 +449,9 @@ _TABLE = ["database", "schema", "table"]
 def _history_events(
     batch: DecodedBatch, tables: list[TableId], types: dict[TableId, dict[str, str]]
 ) -> pa.Table:
-    """Every event of the history tables (their DML from the executors' cache, their barrier events from
+    """Every event of the history tables (their DML from the decode tasks' files, their barrier events from
     the batch's small results), in the decoded columns the history reads; the type map of each table is
-    the batch's merged one (the cached events do not carry theirs)."""
+    the batch's merged one (the fold's events do not carry theirs)."""
     from replicator.decode import FOLD_COLUMNS
     from replicator.dialects.events import decoded_schema
 

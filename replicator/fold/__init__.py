@@ -6,6 +6,10 @@ Two ``mapInArrow`` stages around one shuffle, the partial-then-final shape of a 
    winners back into events, split into buckets by a hash of (table, key);
 2. one shuffle brings each bucket's partial results together; a task folds them again.
 
+With the batch's folder (``FoldPlan.spill``, as the engine runs it) the stages read and write Arrow files
+there (payload.FileSink, payload.to_files): the decode tasks' events, each partial task's buckets, the net
+changes; Spark's shuffle then moves the rows naming a bucket's files, and no JVM carries an event.
+
 Folding is associative in this form: a partial winner re-enters as an event with its own ``seq``, and the
 delete half of a key-changing update becomes its own event, so the final fold sees what one fold over all
 events would have kept. Tables with document patches (drs-mongo ``$set``/``$unset``) skip the partial
@@ -204,7 +208,8 @@ def partial_fold(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
             for b, part in _split(_as_events(table, folded), bucket):
                 out.setdefault(b, []).append(part)
     del events  # folded: only the winners are sent on
-    yield from payload.rows(("part", b, pa.concat_tables(parts)) for b, parts in out.items())
+    items = (("part", b, pa.concat_tables(parts)) for b, parts in out.items())
+    yield from payload.to_files(plan.spill, items) if plan.spill else payload.rows(items)
     del out
     payload.release_memory()  # the worker is reused for the batch's next task
 
@@ -233,7 +238,8 @@ def final_fold(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa
 
 
 def fold_batch(events: DataFrame, plan: FoldPlan) -> dict[TableId, pa.Table]:
-    """The driver's half: run both stages over the batch's cached events and collect the net changes,
+    """The driver's half: run both stages over the batch's events (payload rows, naming files) and collect
+    the net changes,
     per table (the only rows of the batch that reach the driver)."""
     from functools import partial
 
@@ -242,8 +248,11 @@ def fold_batch(events: DataFrame, plan: FoldPlan) -> dict[TableId, pa.Table]:
     if not plan.keys:
         return {}
     tasks = plan.tasks()
-    if events.rdd.getNumPartitions() > tasks:
+    partitions = events.rdd.getNumPartitions()
+    if partitions > tasks:
         events = events.coalesce(tasks)
+    elif partitions < tasks:  # more events than the cores' tasks should hold each
+        events = events.repartition(tasks)
     if events.rdd.getNumPartitions() == 1:  # one task holds every event: its fold is the final one
         folded = events.mapInArrow(partial(final_fold, plan), payload.SCHEMA_DDL)
     else:
