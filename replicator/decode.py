@@ -61,7 +61,8 @@ class DecodePlan:
     batch_id: int
     routes: tuple[RouteRule, ...] = ()
     changelog: str | None = None  # the change-log table's folder, when this batch writes it
-    spill: str | None = None  # the batch's folder for results read from files (payload.to_files)
+    spill: str = ""  # the batch's folder: the events' files (exchange), results read from files
+    buckets: int = 1  # the fold's buckets (exchange.split): FoldPlan.buckets
     slice_rows: int = SLICE_ROWS
     wanted: frozenset[tuple[Any, ...]] = field(
         default_factory=frozenset
@@ -281,33 +282,6 @@ def _changelog_files_schema() -> pa.Schema:
 CHANGELOG_FILES = _changelog_files_schema()
 
 
-def _slim(dml: pa.Table) -> pa.Table:
-    """``before`` is read only for a delete and for an update that changes the key (the fold, history):
-    left out of the fold's events elsewhere (an update's old image is a third of a canal batch)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    op = dml["op"]
-    update = pc.equal(op, "update")
-    if not pc.any(update).as_py():
-        return dml
-    before, after = dml["before"], dml["after"]
-    keys = pc.binary_join(dml["primary_key"], "\x1f")
-    needed = pc.or_(pc.equal(op, "delete"), pc.and_(update, pc.fill_null(pc.equal(keys, ""), True)))
-    for text in pc.unique(pc.filter(keys, update)).to_pylist():
-        if not text:
-            continue  # no key named: the job file's or the registry's applies later, so keep the image
-        differs = pa.repeat(pa.scalar(False), dml.num_rows)
-        for column in text.split("\x1f"):
-            changed = pc.not_equal(
-                pc.map_lookup(before, column, "first"), pc.map_lookup(after, column, "first")
-            )
-            differs = pc.or_(differs, pc.fill_null(changed, False))
-        needed = pc.or_(needed, pc.and_(pc.and_(update, pc.equal(keys, text)), differs))
-    slim = pc.if_else(needed, before, pa.nulls(dml.num_rows, before.type))
-    return dml.set_column(dml.schema.get_field_index("before"), "before", slim)
-
-
 def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """One task: its input rows -> payload rows (events per slice, then the task's small results)."""
     import pyarrow as pa
@@ -321,7 +295,9 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
     dead: list[pa.Table] = []
     changelog = ChangelogFiles(plan.changelog, plan.batch_id) if plan.changelog else None
     # The events for the fold: in the batch's folder, named by one small row (payload.FileSink)
-    cached = payload.FileSink(plan.spill, "events") if plan.spill else None
+    from replicator import exchange
+
+    cached = exchange.EventFile(plan.spill)
     wanted_ops = pa.array([*DML_OPS, *BARRIER_OPS])
     with gc_paused():
         for batch in batches:
@@ -349,18 +325,15 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
                 if dml.num_rows:
                     # Kept for the fold: the columns it reads (type maps, DDL text and barrier events are
                     # in the small results already).
-                    slim = _slim(dml.select(list(FOLD_COLUMNS)))
-                    if cached is not None:
-                        cached.write(slim)
-                    else:
-                        yield from payload.rows([("events", 0, slim)])
-    if cached is not None:
-        yield from cached.close()
+                    events_for_fold = dml.select(list(FOLD_COLUMNS))
+                    for bucket, secondary, rows in exchange.split(events_for_fold, plan.buckets):
+                        cached.write(bucket, secondary, rows)
+    yield from payload.rows([("events", 0, cached.close())])  # the index of the task's event file
     small = [("groups", groups), ("types", types), ("barriers", barriers)]
     yield from payload.rows((kind, 0, payload.concat(parts)) for kind, parts in small if parts)
     if dead:  # with their raw bytes: a batch of bad records is as large as the batch
         items = [("dead", 0, payload.concat(dead))]
-        yield from payload.to_files(plan.spill, items) if plan.spill else payload.rows(items)
+        yield from payload.to_files(plan.spill, items)
     if changelog is not None:
         yield from payload.rows([("changelog", 0, changelog.close())])
     del groups, types, barriers, dead
@@ -475,17 +448,17 @@ class DecodedBatch:
         from collections import defaultdict
         from functools import partial
 
+        from replicator import exchange
         from replicator.dialects.events import decoded_schema
 
         self.inputs = inputs
         self.plan = plan
         self.frame = inputs.mapInArrow(partial(decode_partition, plan), payload.SCHEMA_DDL)
-        # One Spark job; the events stay where the tasks left them (files in the batch's folder, or inline
-        # rows without one), the rest is read here.
-        self.event_rows, others = payload.split(self.frame.toArrow().to_batches(), "events")
+        # One Spark job; the events stay in the tasks' files (their index comes here, exchange.EventFile)
         by_kind: dict[str, list[pa.Table]] = defaultdict(list)
-        for kind, _bucket, table in payload.items(others):
+        for kind, _bucket, table in payload.items(self.frame.toArrow().to_batches()):
             by_kind[kind].append(table)
+        self.index = payload.concat(by_kind["events"], exchange.index_schema())
         self.groups = merge_groups(by_kind["groups"])
         self.types = merge_types(by_kind["types"])
         self.barriers = barrier_rows(by_kind["barriers"])
@@ -493,18 +466,22 @@ class DecodedBatch:
         self.dead = payload.concat(by_kind["dead"], pa_schema(dead_schema, DEAD_COLUMNS))
         self.changelog_files = payload.concat(by_kind["changelog"], CHANGELOG_FILES)
 
-    @property
-    def events(self) -> DataFrame:
-        """The batch's DML events as payload rows (for the fold and the lookups after it)."""
-        return payload.frame_of(self.frame.sparkSession, self.event_rows)
-
     def select(self, tables: Iterable[tuple[str, str | None, str]], columns: list[str]) -> pa.Table:
         """Some columns of the events of some tables (e.g. the coordinates of DML without a key)."""
         from functools import partial
 
         import pyarrow as pa
+        import pyarrow.compute as pc
 
-        frame = self.events.mapInArrow(partial(_select, tuple(tables), tuple(columns)), payload.SCHEMA_DDL)
+        listing = self.index.filter(pc.invert(self.index["secondary"]))  # each event once
+        files = [
+            ("listing", 0, payload.to_ipc(listing.filter(pc.equal(listing["uri"], uri))))
+            for uri in pc.unique(listing["uri"]).to_pylist()
+        ]
+        spark = self.frame.sparkSession
+        frame = spark.createDataFrame(files, payload.SCHEMA_DDL).mapInArrow(
+            partial(_select, tuple(tables), tuple(columns)), payload.SCHEMA_DDL
+        )
         parts = list(payload.tables(frame.toArrow().to_batches()))
         return pa.concat_tables(parts) if parts else pa.table({c: [] for c in columns})
 
@@ -540,14 +517,15 @@ def _select(
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from replicator.exchange import labels, read
     from replicator.model import DML_OPS, table_label
 
-    labels = pa.array([table_label(t) for t in tables], pa.string())
-    for events in payload.tables(batches):
-        ident = pc.binary_join_element_wise(
-            events["database"], events["schema"], events["table"], ".", null_handling="skip"
-        )
-        mask = pc.and_(pc.is_in(ident, value_set=labels), pc.is_in(events["op"], pa.array(DML_OPS)))
-        rows = events.filter(pc.fill_null(mask, False))
-        if rows.num_rows:
-            yield from payload.rows([("selected", 0, rows.select(list(columns)))])
+    wanted = pa.array([table_label(t) for t in tables], pa.string())
+    for listing in payload.tables(batches):
+        for _bucket, events in read(listing):
+            mask = pc.and_(
+                pc.is_in(labels(events), value_set=wanted), pc.is_in(events["op"], pa.array(DML_OPS))
+            )
+            rows = events.filter(pc.fill_null(mask, False))
+            if rows.num_rows:
+                yield from payload.rows([("selected", 0, rows.select(list(columns)))])

@@ -144,6 +144,7 @@ class Engine:
             routes=tuple(self.config.tables.route),
             changelog=str(self.state.root / "changelog") if write_changelog else None,
             spill=self._spill,
+            buckets=_buckets(inputs.sparkSession),
         )
         try:
             batch = DecodedBatch(inputs, plan)
@@ -232,11 +233,11 @@ class Engine:
             plan = FoldPlan(
                 keys=tuple((t, tuple(k)) for t, k in selected.items() if t in dml_tables),
                 barriers=tuple(barriers),
-                buckets=_buckets(batch.frame),
+                buckets=batch.plan.buckets,
                 events=sum(g["n"] for g in groups if g["ok"] and g["op"] in DML_OPS),
                 spill=self._spill,
             )
-            folded = fold_batch(batch.events, plan)
+            folded = fold_batch(batch.frame.sparkSession, batch.index, plan)
             phases.lap("fold")
 
             dead_rows: list[DeadRow] = []
@@ -518,10 +519,11 @@ def _clear_stale(folder: Path, hours: float = 24) -> None:
             pass
 
 
-def _buckets(frame: DataFrame) -> int:
-    """The fold's shuffle partitions: one per executor core (Spark's default parallelism). Not
-    ``spark.sql.shuffle.partitions`` (200 unless set): each partition is a Python task of its own."""
-    return max(1, frame.sparkSession.sparkContext.defaultParallelism)
+def _buckets(spark: SparkSession) -> int:
+    """The fold's buckets: two per executor core (Spark's default parallelism), so that a task folds a
+    few at a time and an uneven bucket does not hold the stage. Not ``spark.sql.shuffle.partitions``
+    (200 unless set): the decode tasks write each bucket of each slice as a record batch of its own."""
+    return 2 * max(1, spark.sparkContext.defaultParallelism)
 
 
 def _spark() -> SparkSession:

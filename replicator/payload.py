@@ -1,17 +1,17 @@
 """Arrow tables as Spark rows: ``(kind, bucket, payload)`` where ``payload`` is one Arrow IPC stream.
 
 The stages run on Spark's executors over Arrow (``mapInArrow``) and hand each other whole Arrow tables,
-not one Spark row per event: the JVM schedules, shuffles and transports the bytes (or only the names of
-the files holding them, :class:`FileSink`), and never converts an event's map columns to its own rows
-and back (measured: that conversion costs more than the decoding). A row's ``kind`` says what the table
-holds (``events``, ``groups``, ``barriers``, ``dead``, ``types``, ``changelog``, ``folded``, ...),
-``bucket`` routes it in a shuffle (the fold's key hash).
+not one Spark row per event: the JVM schedules and transports the bytes, or only the names of the files
+holding them (:func:`to_files`, replicator.exchange), and never converts an event's map columns to its own
+rows and back (measured: that conversion costs more than the decoding). A row's ``kind`` says what the
+table holds (``events``, ``groups``, ``barriers``, ``dead``, ``types``, ``changelog``, ``folded``, ...),
+``bucket`` which of the fold's buckets it is for.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -85,65 +85,6 @@ def to_files(folder: str, items: Iterable[tuple[str, int, pa.Table]]) -> Iterato
         yield from rows([(kind + IN_FILE, bucket, pa.table({"uri": [f"{base}/{name}"]}))])
 
 
-class FileSink:
-    """A task's tables of one kind appended to an Arrow IPC file in ``folder`` as they come, then named by
-    one payload row (:func:`close`): for what a task makes a lot of and the next stage reads (the decoded
-    events, the partial fold's winners). The JVM then schedules and moves file names only: measured on a
-    1M-event catch-up, carrying the events as payload rows (Arrow -> Spark rows -> its disk cache -> Arrow
-    again, then once more through the shuffle) cost the JVM ~7 s of CPU, a quarter of the batch.
-
-    ``folder`` is the batch's folder in the state path (a path or a pyarrow file-system URI), which every
-    executor reaches, as it must for the net changes the driver reads."""
-
-    def __init__(self, folder: str, kind: str, bucket: int = 0) -> None:
-        from pyarrow import fs
-
-        self.base = folder_uri(folder)
-        self.filesystem, self.root = fs.FileSystem.from_uri(self.base)
-        self.kind, self.bucket = kind, bucket
-        self.files: list[tuple[str, int]] = []
-        self._writer: Any = None
-        self._sink: Any = None
-        self._schema: pa.Schema | None = None
-        self._rows = 0
-
-    def write(self, table: pa.Table) -> None:
-        import uuid
-
-        import pyarrow as pa
-
-        if self._writer is not None and not table.schema.equals(self._schema):
-            try:  # a slice whose columns came out typed alike but not equal (e.g. all null)
-                table = table.cast(self._schema)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError, TypeError):
-                self._finish()  # another schema: another file
-        if self._writer is None:
-            self.filesystem.create_dir(self.root, recursive=True)
-            name = f"{self.kind}-{uuid.uuid4()}.arrow"
-            self._sink = self.filesystem.open_output_stream(f"{self.root}/{name}")
-            self._writer = pa.ipc.new_stream(self._sink, table.schema)
-            self._schema = table.schema
-            self.files.append((f"{self.base}/{name}", 0))
-        self._writer.write_table(table)
-        self._rows += table.num_rows
-
-    def _finish(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._sink.close()
-            self.files[-1] = (self.files[-1][0], self._rows)
-            self._writer = self._sink = None
-            self._rows = 0
-
-    def close(self) -> Iterator[pa.RecordBatch]:
-        """The payload rows naming the files written (one per file: the next stage may split them)."""
-        import pyarrow as pa
-
-        self._finish()
-        for uri, count in self.files:
-            yield from rows([(self.kind + IN_FILE, self.bucket, pa.table({"uri": [uri], "rows": [count]}))])
-
-
 def _resolve(kind: str, data: bytes) -> tuple[str, pa.Table]:
     if not kind.endswith(IN_FILE):
         return kind, from_ipc(data)
@@ -153,23 +94,6 @@ def _resolve(kind: str, data: bytes) -> tuple[str, pa.Table]:
     filesystem, path = fs.FileSystem.from_uri(from_ipc(data)["uri"][0].as_py())
     with filesystem.open_input_stream(path) as source:
         return kind[: -len(IN_FILE)], pa.ipc.open_stream(source).read_all()
-
-
-def split(batches: Iterable[pa.RecordBatch], kind: str) -> tuple[pa.Table, list[pa.RecordBatch]]:
-    """Collected payload rows -> (the rows of ``kind``, inline or naming files, as they are; the others),
-    so that a stage's large output is handed on to the next stage without being read here."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    chosen, others = [], []
-    for batch in batches:
-        mine = pc.is_in(batch.column("kind"), pa.array([kind, kind + IN_FILE]))
-        chosen.append(batch.filter(mine))
-        others.append(batch.filter(pc.invert(mine)))
-    if not chosen:
-        fields = [("kind", pa.string()), ("bucket", pa.int32()), ("payload", pa.binary())]
-        return pa.schema(fields).empty_table(), []
-    return pa.Table.from_batches(chosen), others
 
 
 def clear(folder: str) -> None:
@@ -226,13 +150,6 @@ def frame(spark: SparkSession, parts: Iterable[tuple[str, pa.Table]], slice_rows
         for start in range(0, max(table.num_rows, 1), slice_rows):
             data.append((kind, 0, to_ipc(table.slice(start, slice_rows))))
     return spark.createDataFrame(data or [("none", 0, to_ipc(pa.table({})))], SCHEMA_DDL)
-
-
-def frame_of(spark: SparkSession, payload_rows: pa.Table) -> DataFrame:
-    """Payload rows collected from one stage (e.g. rows naming files, :func:`split`) as the next stage's
-    input: one partition per row, up to Spark's default parallelism."""
-    columns = (payload_rows.column(n).to_pylist() for n in ("kind", "bucket", "payload"))
-    return spark.createDataFrame(list(zip(*columns, strict=True)), SCHEMA_DDL)
 
 
 def release_memory() -> None:

@@ -1,18 +1,22 @@
-"""The fold as Spark runs it (partial fold per task, shuffle by key hash, final fold; net changes through
-files or through Spark's results) keeps exactly what one fold over all the batch's events keeps.
+"""The fold as Spark runs it (decode tasks bucket their events into Arrow files by key hash, a key change
+copied to its old key's bucket; one task per few buckets folds them; net changes through files or through
+Spark's results) keeps exactly what one fold over all the batch's events keeps.
 
 Engine tests' batches are small enough to be folded by one task (``FoldPlan.small_batch``): this property
-forces the partial/final stages, whatever the events' split across tasks and their delivery order."""
+forces the buckets, whatever the events' split across decode tasks, their delivery order, and whether a
+message names its key (events that name none are routed by the fold with the driver's key)."""
 
 from __future__ import annotations
 
 import random
 import tempfile
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replicator import payload
+from replicator import exchange
 from replicator.decode import FOLD_COLUMNS
 from replicator.dialects.base import decode
 from replicator.fold import FoldPlan, fold_batch
@@ -46,25 +50,41 @@ def net(table) -> list[tuple]:  # type: ignore[no-untyped-def]
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     ops=st.lists(OPS, min_size=1, max_size=40),
-    tasks=st.integers(2, 4),
+    tasks=st.integers(1, 4),
     buckets=st.integers(1, 3),
     spill=st.booleans(),
+    small=st.booleans(),
+    unkeyed=st.integers(0, 3),
     seed=st.integers(0, 2**16),
 )
-def test_the_spark_fold_keeps_what_one_fold_keeps(spark, ops, tasks, buckets, spill, seed):
+def test_the_spark_fold_keeps_what_one_fold_keeps(spark, ops, tasks, buckets, spill, small, unkeyed, seed):
     sent = messages(ops)
     random.Random(seed).shuffle(sent)  # delivery order is not the order of the changes: seq decides
     events = decode(raw_records(sent), "canal-json", sort_keys=True).select(list(FOLD_COLUMNS))
+    if unkeyed:  # every unkeyed-th message names no key (as CKafka's format one)
+        named = pa.array([i % (unkeyed + 1) != 0 for i in range(events.num_rows)])
+        no_key = pa.array([[]] * events.num_rows, events.schema.field("primary_key").type)
+        events = events.set_column(
+            events.schema.get_field_index("primary_key"),
+            "primary_key",
+            pc.if_else(named, events["primary_key"], no_key),
+        )
     expected = dict(fold(events, {TABLE: ["id"]}, ()))
-    frame = payload.frame(spark, [("events", events)], slice_rows=max(1, events.num_rows // tasks))
     with tempfile.TemporaryDirectory() as folder:
+        size = -(-events.num_rows // tasks)
+        indexes = []
+        for start in range(0, events.num_rows, size):  # one decode task's file per share
+            out = exchange.EventFile(folder)
+            for bucket, secondary, rows in exchange.split(events.slice(start, size), buckets):
+                out.write(bucket, secondary, rows)
+            indexes.append(out.close())
         plan = FoldPlan(
             keys=((TABLE, ("id",)),),
             barriers=(),
             buckets=buckets,
             events=events.num_rows,
             spill=folder if spill else None,
-            small_batch=0,
+            small_batch=events.num_rows if small else 0,
         )
-        got = fold_batch(frame.repartition(tasks), plan)
+        got = fold_batch(spark, pa.concat_tables(indexes), plan)
     assert net(got[TABLE]) == net(expected[TABLE])

@@ -39,7 +39,7 @@ STAGE_OF = {
     ),
     "state": "state",
     "sources": "sources",
-    **dict.fromkeys(("decode", "payload", "routing"), "decode"),
+    **dict.fromkeys(("decode", "payload", "routing", "exchange"), "decode"),
     "fold": "fold",
     "apply": "apply",
     "engine": "engine",
