@@ -59,9 +59,9 @@ class DecodePlan:
     dialect: str
     options: DecodeOptions
     batch_id: int
+    spill: str  # the batch's folder: the events' files (exchange), results read from files
     routes: tuple[RouteRule, ...] = ()
     changelog: str | None = None  # the change-log table's folder, when this batch writes it
-    spill: str = ""  # the batch's folder: the events' files (exchange), results read from files
     buckets: int = 1  # the fold's buckets (exchange.split): FoldPlan.buckets
     slice_rows: int = SLICE_ROWS
     wanted: frozenset[tuple[Any, ...]] = field(
@@ -287,6 +287,7 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from replicator import exchange
     from replicator.dialects.base import gc_paused
 
     groups: list[pa.Table] = []
@@ -294,10 +295,7 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
     barriers: list[pa.Table] = []
     dead: list[pa.Table] = []
     changelog = ChangelogFiles(plan.changelog, plan.batch_id) if plan.changelog else None
-    # The events for the fold: in the batch's folder, named by one small row (payload.FileSink)
-    from replicator import exchange
-
-    cached = exchange.EventFile(plan.spill)
+    cached = exchange.EventFile(plan.spill)  # the events for the fold, bucketed, in the batch's folder
     wanted_ops = pa.array([*DML_OPS, *BARRIER_OPS])
     with gc_paused():
         for batch in batches:
@@ -517,14 +515,14 @@ def _select(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from replicator.exchange import labels, read
-    from replicator.model import DML_OPS, table_label
+    from replicator.exchange import read
+    from replicator.model import DML_OPS, table_label, table_labels
 
     wanted = pa.array([table_label(t) for t in tables], pa.string())
     for listing in payload.tables(batches):
         for _bucket, events in read(listing):
             mask = pc.and_(
-                pc.is_in(labels(events), value_set=wanted), pc.is_in(events["op"], pa.array(DML_OPS))
+                pc.is_in(table_labels(events), value_set=wanted), pc.is_in(events["op"], pa.array(DML_OPS))
             )
             rows = events.filter(pc.fill_null(mask, False))
             if rows.num_rows:

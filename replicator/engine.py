@@ -8,8 +8,8 @@ Each stage is a module or package of its own name, and imports go one way (tests
   (``replicator.payload``) naming them; the driver collects those and the small results (summary counts,
   barrier events, dead letters, type maps, change-log files to commit);
 - keys and barriers (``replicator.apply.barriers``), on the driver, from those small results;
-- ``replicator.fold``: two Spark stages exchanging files (the Arrow fold is ``replicator.fold.arrow``);
-  only the net changes reach the driver;
+- ``replicator.fold``: one Spark stage over the buckets the decode tasks wrote (``replicator.exchange``;
+  the Arrow fold is ``replicator.fold.arrow``); only the net changes reach the driver;
 - ``replicator.apply``: per table, in parallel threads: typing, guarded MERGE, DDL (``apply.schema``),
   tombstones, phases, history tables;
 - ``replicator.state``: registry, change log, dead letters and the batch summary are recorded.
@@ -53,7 +53,7 @@ from replicator.errors import RecordFailed
 from replicator.fold import FoldPlan, fold_batch
 from replicator.fold.arrow import Barrier, no_changes, seq_system
 from replicator.logging import get_logger
-from replicator.model import BARRIER_OPS, DML_OPS, TableId, table_label
+from replicator.model import BARRIER_OPS, DML_OPS, TableId, table_label, table_labels
 from replicator.sinks import writer_factory
 from replicator.sources import batch_inputs
 from replicator.state import DEAD_LETTER_SCHEMA, BatchSummary, State, TableState, now
@@ -464,9 +464,7 @@ def _history_events(
     dml = batch.select(tables, list(FOLD_COLUMNS))
     parts = []
     if dml.num_rows:
-        labels = pc.binary_join_element_wise(
-            dml["database"], dml["schema"], dml["table"], ".", null_handling="skip"
-        )
+        labels = table_labels(dml)
         maps = {table_label(t): list((types.get(t) or {}).items()) for t in tables}
         per_row = pa.array(
             [maps.get(label) for label in labels.to_pylist()], schema.field("source_types").type

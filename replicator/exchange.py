@@ -23,18 +23,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
-# The index of a decode task's event file: one row per record batch.
-INDEX_COLUMNS = ("uri", "batch", "bucket", "secondary", "rows")
 UNBUCKETED = -1  # events whose message names no key: read by every fold task
-
-
-def labels(events: pa.Table) -> pa.Array | pa.ChunkedArray:
-    """Each row's table label (model.table_label: ``db.schema.table``, or ``db.table``)."""
-    import pyarrow.compute as pc
-
-    return pc.binary_join_element_wise(
-        events["database"], events["schema"], events["table"], ".", null_handling="skip"
-    )
 
 
 def key_text(values: Sequence[pa.Array | pa.ChunkedArray]) -> pa.Array | pa.ChunkedArray:
@@ -47,13 +36,12 @@ def key_text(values: Sequence[pa.Array | pa.ChunkedArray]) -> pa.Array | pa.Chun
 
 def list_key_text(keys: pa.Array | pa.ChunkedArray) -> pa.Array:
     """A list column of key values (the fold's ``key``) as one text per row."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     keys = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
     lengths = pc.fill_null(pc.list_value_length(keys), 0).to_numpy()
-    import numpy as np
-
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
     flat = pc.fill_null(pc.list_flatten(keys), "\x00")
     return pc.binary_join(pa.ListArray.from_arrays(offsets, flat), "\x1f")
@@ -85,12 +73,14 @@ def routes(
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from replicator.model import table_labels
+
     n = events.num_rows
     current = np.full(n, UNBUCKETED, np.int32)
     old = np.full(n, UNBUCKETED, np.int32)
     needed = np.zeros(n, bool)
     names = pc.binary_join(events["primary_key"], "\x1f")
-    label = labels(events)
+    label = table_labels(events)
     if keys:  # the driver's key for events that name none
         missing = pc.fill_null(pc.equal(names, ""), True)
         if pc.any(missing).as_py():
@@ -160,7 +150,7 @@ class EventFile:
 
         self.base = folder_uri(folder)
         self.filesystem, self.root = fs.FileSystem.from_uri(self.base)
-        self.index: dict[str, list[object]] = {c: [] for c in INDEX_COLUMNS}
+        self.index: dict[str, list[object]] = {c: [] for c in index_schema().names}
         self._writer = self._sink = self._schema = self._uri = None
         self._batches = 0
 
@@ -183,7 +173,7 @@ class EventFile:
         for batch in rows.combine_chunks().to_batches():
             self._writer.write_batch(batch)
             for column, value in zip(
-                INDEX_COLUMNS, (self._uri, self._batches, bucket, secondary, batch.num_rows), strict=True
+                self.index, (self._uri, self._batches, bucket, secondary, batch.num_rows), strict=True
             ):
                 self.index[column].append(value)
             self._batches += 1
@@ -202,6 +192,7 @@ class EventFile:
 
 
 def index_schema() -> pa.Schema:
+    """The index of a decode task's event file: one row per record batch."""
     import pyarrow as pa
 
     return pa.schema(

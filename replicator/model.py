@@ -5,7 +5,7 @@ Plain Python, so that ``import replicator`` stays light.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 Op = Literal["insert", "update", "delete", "snapshot", "truncate", "ddl"]
 DML_OPS: tuple[str, ...] = ("insert", "update", "delete", "snapshot")
@@ -69,3 +69,12 @@ def parse_seq_text(text: str) -> tuple[int, ...]:
 def table_label(table: tuple[str, str | None, str]) -> str:
     """``database.schema.table`` (``database.table`` without a schema): how logs and summaries name it."""
     return ".".join(part for part in table if part)
+
+
+def table_labels(events: Any) -> Any:
+    """:func:`table_label` of every row of an Arrow table with ``database``, ``schema``, ``table``."""
+    import pyarrow.compute as pc
+
+    return pc.binary_join_element_wise(
+        events["database"], events["schema"], events["table"], ".", null_handling="skip"
+    )

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator.config import RouteRule
+from replicator.model import table_labels
 
 SOURCE_DATABASE = "_cdc_source_database"
 SOURCE_TABLE = "_cdc_source_table"
@@ -38,9 +39,7 @@ def route(events: pa.Table, rules: Sequence[RouteRule]) -> pa.Table:
     if not rules or events.num_rows == 0:
         return events
     patterns = [re.compile(rule.match) for rule in rules]
-    name = pc.binary_join_element_wise(
-        events["database"], events["schema"], events["table"], ".", null_handling="skip"
-    )
+    name = table_labels(events)
     # Dead letters keep the identity they arrived with; a table-less event (CREATE DATABASE) is not routed.
     usable = pc.and_(pc.is_valid(events["table"]), pc.is_null(events["error"]))
     encoded = pc.dictionary_encode(name).combine_chunks()

@@ -26,9 +26,9 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
-    # The JVM moves and caches (on disk) a batch's events as a few large binary values; what the driver
-    # collects that may be large (net changes, dead letters) comes through files (payload.to_files). So
-    # the heap does not grow with the batch: 512m (Spark's least for local mode) ran the 5M catch-up's
+    # The JVM moves file names and small results, never a batch's events (replicator.exchange) or what
+    # the driver collects that may be large (net changes, dead letters: payload.to_files). So the heap
+    # does not grow with the batch: 512m (Spark's least for local mode) ran the 5M catch-up's
     # 500k-event batches and a 1M-event batch, and the JVM's RSS fell by ~0.4 GB (docs/performance.md).
     "spark.driver.memory": "512m",
     # A heap that runs out in one of Spark's own threads (task-result-getter) leaves the job waiting

@@ -50,11 +50,11 @@ def _events(events: pa.Table, plan: FoldPlan) -> pa.Table | None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from replicator.model import DML_OPS, table_label
+    from replicator.model import DML_OPS, table_label, table_labels
 
     labels = pa.array([table_label(t) for t, _k in plan.keys], pa.string())
     mask = pc.and_(
-        pc.is_in(events["op"], pa.array(DML_OPS)), pc.is_in(exchange.labels(events), value_set=labels)
+        pc.is_in(events["op"], pa.array(DML_OPS)), pc.is_in(table_labels(events), value_set=labels)
     )
     mask = pc.fill_null(mask, False)
     if pc.all(mask).as_py():  # the usual case: filtering would copy every image for nothing
@@ -70,10 +70,10 @@ def _bucket_events(plan: FoldPlan, bucket: int, listing: pa.Table) -> pa.Table |
 
     from replicator.model import table_label
 
+    keys = {table_label(t): list(k) for t, k in plan.keys}
     parts = []
     for where, rows in exchange.read(listing):
         if where == exchange.UNBUCKETED and bucket != exchange.UNBUCKETED:
-            keys = {table_label(t): list(k) for t, k in plan.keys}
             current, old, _needed = exchange.routes(rows, plan.buckets, keys)
             mine = pc.or_(pc.equal(current, bucket), pc.fill_null(pc.equal(old, bucket), False))
             rows = rows.filter(mine)
