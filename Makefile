@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@# Spark's driver JVM starts ~4 s sooner from a class archive (docs/operations.md); ~35 s, once.
+	$(BIN)/replicator jvm-archive || echo "replicator: no JVM class archive; Spark starts without it"
 	touch $(STAMP)
 
 demo: install ## mirror the bundled canal-json samples and print the tables

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -17,11 +20,6 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.default.parallelism": "4",
-    # A files batch's decode tasks are Spark's file partitions, packed by bytes towards this many: each
-    # task opens its own files, so the packing only balances the cores. Measured on the 5M catch-up (10
-    # files of 40 MB per batch): the default (the parallelism, 4) made 5 tasks of 2 files, 3 waves on 2
-    # cores; 16 makes a task per file, 5 even waves: 6.2 -> ~5.2 s per batch.
-    "spark.sql.files.minPartitionNum": "16",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -54,9 +52,6 @@ REQUIRED: dict[str, str] = {
     "spark.sql.files.minPartitionNum": "16",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
-    # The decode tasks' output is cached (on disk) as rows of one Arrow payload each (replicator.payload):
-    # a few rows per cached batch keep the JVM's buffers to a few payloads, not a task's whole output.
-    "spark.sql.inMemoryColumnarStorage.batchSize": "4",
     # The change log's Parquet files are committed to Delta, which reads microsecond timestamps.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
@@ -81,6 +76,7 @@ def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> 
         builder = builder.master(master)
         for key, value in LOCAL_DEFAULTS.items():
             builder = builder.config(key, value)
+        builder = builder.config("spark.driver.extraJavaOptions", driver_java_options())
         if master.startswith("local"):  # an embedded session listens on loopback only
             builder = builder.config("spark.driver.host", "127.0.0.1").config(
                 "spark.driver.bindAddress", "127.0.0.1"
@@ -94,3 +90,59 @@ def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> 
     if not submitted:
         spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+# ---- the driver JVM's class data sharing archive -----------------------------------------------------------
+# Starting Spark's driver JVM is mostly loading and verifying classes from Spark's jars: measured on the
+# 1M catch-up, ~9 s and ~8.8 CPU seconds before the first task. A class data sharing (AppCDS) archive of
+# the classes a mirror run loads, mapped at start, cut that to ~5 s and 4.9 CPU seconds (wall 23.2 ->
+# 19.4 s; docs/performance.md). `replicator jvm-archive` writes it (`make install` runs it); an embedded
+# session starts from it when it exists. A missing archive is skipped, one made by another JVM or for
+# other jars is refused by the JVM (it starts without it); a half-written one would crash the JVM, so
+# the archive is only ever moved into place whole.
+ARCHIVE_ENV = "REPLICATOR_JVM_ARCHIVE"  # a path, or "off"
+
+
+def _java() -> Path | None:
+    """The java Spark's launcher runs: $JAVA_HOME/bin/java, else the one on PATH (resolved)."""
+    home = os.environ.get("JAVA_HOME")
+    found = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    return Path(os.path.realpath(found)) if found and os.path.exists(found) else None
+
+
+def class_archive() -> Path | None:
+    """Where this installation's archive lives: keyed by the JVM (its files' size and time) and pyspark's
+    jars, in the environment's ``share/replicator`` (else ``~/.cache/replicator``); None when turned off
+    (``REPLICATOR_JVM_ARCHIVE=off``) or when no java is found."""
+    setting = os.environ.get(ARCHIVE_ENV, "")
+    if setting.lower() == "off":
+        return None
+    if setting:
+        return Path(setting)
+    java = _java()
+    if java is None:
+        return None
+    import pyspark
+
+    facts = [str(java), pyspark.__version__, os.path.dirname(pyspark.__file__)]
+    for path in (java, java.parent.parent / "lib" / "server" / "libjvm.so"):
+        if path.exists():
+            stat = path.stat()
+            facts += [str(stat.st_size), str(stat.st_mtime_ns)]
+    key = hashlib.sha256("\0".join(facts).encode()).hexdigest()[:16]
+    base = Path(sys.prefix) / "share"
+    folder = base / "replicator" if os.access(base if base.exists() else sys.prefix, os.W_OK) else None
+    folder = folder or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "replicator"
+    return folder / f"spark-driver-{key}.jsa"
+
+
+def driver_java_options(archive: Path | None = None) -> str:
+    """The embedded driver's JVM options: the local defaults, and the class archive when there is one."""
+    options = LOCAL_DEFAULTS["spark.driver.extraJavaOptions"]
+    archive = archive or class_archive()
+    if archive is None or not archive.is_file():
+        return options
+    import shlex
+
+    # -Xlog off: a refused archive (another JVM's) is not worth a warning on every start.
+    return f"{options} -XX:SharedArchiveFile={shlex.quote(str(archive))} -Xlog:cds=off -Xlog:cds+dynamic=off"

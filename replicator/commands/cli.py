@@ -1,4 +1,5 @@
-"""The ``replicator`` command: mirror, bootstrap, replay, optimize, decode, status, dead-letters, show."""
+"""The ``replicator`` command: mirror, bootstrap, replay, optimize, decode, status, dead-letters, show,
+jvm-archive."""
 
 from __future__ import annotations
 
@@ -138,6 +139,20 @@ def _dead_letters(args: argparse.Namespace) -> int:
     return _exit_now(print_summary(config, as_json=args.json))
 
 
+def _jvm_archive(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from replicator.commands.jvm_archive import write_archive
+
+    try:
+        path = write_archive(Path(args.path) if args.path else None)
+    except RuntimeError as exc:
+        print(f"replicator: {exc}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
 def _show(args: argparse.Namespace) -> int:
     from replicator.commands.status import print_tables
 
@@ -221,6 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--table", default=None, help="glob on database.table")
     show.add_argument("--limit", type=int, default=50)
     show.set_defaults(func=_show)
+
+    archive = sub.add_parser(
+        "jvm-archive", help="write the class archive the Spark driver JVM starts from (docs/operations.md)"
+    )
+    archive.add_argument("--path", default=None, help="where (default: the installation's, see the docs)")
+    archive.set_defaults(func=_jvm_archive)
     return parser
 
 

@@ -1,0 +1,102 @@
+"""``replicator jvm-archive``: write the class data sharing archive the embedded driver JVM starts from.
+
+A mirror run on a few generated canal-json messages (DDL, inserts, updates, deletes of two tables, in
+two files) loads the classes a real run loads; its JVM dumps them at exit (``-XX:ArchiveClassesAtExit``)
+into a temporary file, moved into place whole (replicator.spark.class_archive says where, and why).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from replicator.spark import LOCAL_DEFAULTS, class_archive
+
+TYPES = {"id": "bigint(20)", "name": "varchar(64)", "price": "decimal(10,2)", "at": "datetime(3)"}
+SQL_TYPES = {"id": -5, "name": 12, "price": 3, "at": 93}
+
+
+def _message(table: str, kind: str, es: int, rows: list[dict[str, str | None]], **extra: object) -> str:
+    message = {
+        "data": rows, "database": "warmup", "es": es, "id": es, "isDdl": False, "mysqlType": TYPES,
+        "old": None, "pkNames": ["id"], "sql": "", "sqlType": SQL_TYPES, "table": table, "ts": es + 1,
+        "type": kind, **extra,
+    }  # fmt: skip
+    return json.dumps(message)
+
+
+def _row(key: int) -> dict[str, str | None]:
+    return {"id": str(key), "name": f"n{key}", "price": f"{key}.50", "at": "2026-01-02 03:04:05.678"}
+
+
+def sample_files(landing: Path) -> None:
+    """Two files of canal-json: a CREATE TABLE, then inserts, updates and deletes, for two tables."""
+    landing.mkdir(parents=True, exist_ok=True)
+    es = 1_700_000_000_000
+    for part, table in enumerate(("orders", "items")):
+        create = f"CREATE TABLE {table} (id bigint primary key, name varchar(64), price decimal(10,2))"
+        ddl = {
+            "isDdl": True,
+            "sql": create,
+            "data": None,
+            "pkNames": None,
+            "mysqlType": None,
+            "sqlType": None,
+        }
+        lines = [
+            _message(table, "CREATE", es, [], **ddl),
+            *(_message(table, "INSERT", es + k, [_row(k)]) for k in range(1, 200)),
+            *(
+                _message(table, "UPDATE", es + 1000 + k, [_row(k)], old=[{"name": "old"}])
+                for k in range(1, 50)
+            ),
+            *(_message(table, "DELETE", es + 2000 + k, [_row(k)]) for k in range(50, 60)),
+        ]
+        (landing / f"part-{part}.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def write_archive(target: Path | None = None) -> Path:
+    """Run the sample job in a child process whose JVM dumps its classes; move the archive to ``target``
+    (default: replicator.spark.class_archive()). Raises RuntimeError naming what failed."""
+    target = target or class_archive()
+    if target is None:
+        raise RuntimeError("no archive path: java was not found, or REPLICATOR_JVM_ARCHIVE=off")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="replicator-jvm-archive-") as work:
+        root = Path(work)
+        sample_files(root / "landing")
+        dump = target.parent / f".{target.name}.{os.getpid()}.tmp"
+        options = LOCAL_DEFAULTS["spark.driver.extraJavaOptions"]
+        job = {
+            "name": "jvm-archive",
+            "source": {"type": "files", "path": str(root / "landing"), "dialect": "canal-json"},
+            "target": {"path": str(root / "lake")},
+            "state": {"path": str(root / "state")},
+            # the job file's options replace the embedded defaults': no archive read, this one dumped
+            "spark": {
+                "conf": {"spark.driver.extraJavaOptions": f"{options} -XX:ArchiveClassesAtExit={dump}"}
+            },
+        }
+        (root / "job.yaml").write_text(yaml.safe_dump(job))
+        config = str(root / "job.yaml")
+        command = [sys.executable, "-m", "replicator.commands.cli", "mirror", "--config", config]
+        env = {**os.environ, "REPLICATOR_JVM_ARCHIVE": "off"}
+        try:
+            done = subprocess.run(
+                [*command, "--available-now"], env=env, capture_output=True, text=True, timeout=900
+            )
+            if done.returncode != 0 or not dump.is_file() or dump.stat().st_size == 0:
+                tail = "\n".join(done.stderr.splitlines()[-20:])
+                raise RuntimeError(
+                    f"the sample job did not leave an archive (exit {done.returncode}):\n{tail}"
+                )
+            os.replace(dump, target)  # whole, never half-written: a truncated archive crashes the JVM
+        finally:
+            dump.unlink(missing_ok=True)
+    return target
