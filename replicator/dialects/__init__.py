@@ -2,8 +2,8 @@
 
 Besides one module per format: ``base`` (Dialect, registry, detection, the decode pipeline), ``events``
 (the Arrow builder of decoded events), ``jsontext`` (exact JSON values), ``datetext`` (epoch counts as date
-and clock text), ``debezium_values`` (the debezium dialect's column values) and ``pool`` (worker processes):
-``SUPPORT`` names them, the modules that define no dialect.
+and clock text), and ``debezium_values`` (the debezium dialect's column values): ``SUPPORT`` names them, the modules
+that define no dialect.
 """
 
 import importlib
@@ -11,7 +11,7 @@ import pkgutil
 
 from replicator.dialects.base import DecodeOptions, Decoder, Dialect, decode, dialect_names, get_dialect
 
-SUPPORT = frozenset({"base", "datetext", "debezium_values", "events", "jsontext", "pool"})
+SUPPORT = frozenset({"base", "datetext", "debezium_values", "events", "jsontext"})
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in SUPPORT:

@@ -202,7 +202,11 @@ def _emit(
         if op == "update":
             changed = old[index] if index < len(old) else None
             after = row
-            before = {**row, **normalize(image(changed), types, facts)} if type(changed) is dict else row
+            if type(changed) is dict:  # msgspec typed it already on the raw path (``text``)
+                changed = changed if text else image(changed)
+                before = {**row, **(normalize(changed, types, facts) if facts else changed)}
+            else:
+                before = row
         elif op == "delete":
             after, before = None, row
         else:
