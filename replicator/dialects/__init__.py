@@ -2,8 +2,8 @@
 
 Besides one module per format: ``base`` (Dialect, registry, detection, the decode pipeline), ``events``
 (the Arrow builder of decoded events), ``jsontext`` (exact JSON values), ``datetext`` (epoch counts as date
-and clock text), and ``debezium_values`` (the debezium dialect's column values): ``SUPPORT`` names them, the modules
-that define no dialect.
+and clock text) and ``debezium_values`` (the debezium dialect's column values): ``SUPPORT`` names them,
+the modules that define no dialect.
 """
 
 import importlib
