@@ -1,11 +1,12 @@
 """Fold on Spark's executors: one net change per (table, barrier segment, primary key).
 
 The decode tasks wrote every DML event into a bucket of their Arrow file by a hash of (table, key)
-(``replicator.exchange``); here one Spark stage folds the buckets: a task reads its buckets' record
-batches from every decode task's file, folds each bucket (``fold.arrow.fold``, barriers and keys from the
-driver) and keeps the net changes of the keys that hash to it (the other half of a key change belongs to
-its old key's bucket, which has a copy of the update). The net changes go to the batch's folder, and only
-they reach the driver. A batch of up to ``small_batch`` events is folded by one task, each event once.
+(``replicator.exchange``); here one Spark stage folds the buckets: a task reads the record batches of its
+buckets (those equal to its number modulo the tasks, :func:`fold_tasks`) from every decode task's file,
+folds them at once (``fold.arrow.fold``, barriers and keys from the driver) and keeps the net changes of
+the keys that hash to its buckets (the other half of a key change belongs to its old key's bucket, which
+has a copy of the update). The net changes go to the batch's folder, and only they reach the driver. A
+batch of up to ``small_batch`` events is folded by one task, each event once.
 
 The JVM carries the listings and the files' names, never an event: a Spark shuffle of the events (as
 payload rows, and a partial fold per task before it) cost the JVM ~7 s of CPU per 1M events, and the
@@ -15,12 +16,13 @@ partial fold read and wrote most events twice (docs/performance.md).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from replicator import exchange, payload
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
@@ -31,6 +33,10 @@ TABLE_COLUMNS = ("database", "schema", "table")
 
 # Events one task folds alone, each once, without buckets (a 1 s trigger's batch: one small task).
 SMALL_BATCH = 50_000
+# A bucketed batch's fold tasks: about this many events per task, and no fewer per table in a task
+# (fold_tasks).
+EVENTS_PER_TASK = 125_000
+EVENTS_PER_TABLE = 5_000
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,7 @@ class FoldPlan:
     # (payload.to_files); None: they travel back through Spark's result collection.
     spill: str | None = None
     small_batch: int = SMALL_BATCH  # up to this many events, one task
+    tasks: int = 0  # fold tasks of a bucketed batch (0: fold_tasks chooses)
 
 
 def _events(events: pa.Table, plan: FoldPlan) -> pa.Table | None:
@@ -63,20 +70,35 @@ def _events(events: pa.Table, plan: FoldPlan) -> pa.Table | None:
     return events if events.num_rows else None
 
 
-def _bucket_events(plan: FoldPlan, bucket: int, listing: pa.Table) -> pa.Table | None:
-    """A bucket's events: its own rows, and the unbucketed events whose key (the driver's) lands here."""
-    import pyarrow as pa
+def _mine(buckets: pa.Array | pa.ChunkedArray, group: int, tasks: int) -> np.ndarray:
+    """Which of these buckets the fold task ``group`` of ``tasks`` folds: those equal to it modulo
+    ``tasks`` (NULL, no bucket: not its)."""
+    import numpy as np
     import pyarrow.compute as pc
+
+    values = np.asarray(pc.fill_null(buckets, -1))
+    return (values >= 0) & (values % tasks == group)
+
+
+def _group_events(plan: FoldPlan, group: int, listing: pa.Table) -> pa.Table | None:
+    """A fold task's events: its buckets' rows, and the unbucketed events whose key (the driver's) lands in
+    one of its buckets.
+
+    A key-changing update is in its new key's bucket and, as a secondary copy, in its old key's. A task
+    that folds both reads it twice, which folds to the same net changes (the same event, the same seq);
+    a single task skips the copies."""
+    import pyarrow as pa
 
     from replicator.model import table_label
 
     keys = {table_label(t): list(k) for t, k in plan.keys}
     parts = []
-    for where, rows in exchange.read(listing):
-        if where == exchange.UNBUCKETED and bucket != exchange.UNBUCKETED:
+    for where, secondary, rows in exchange.read(listing):
+        if group != exchange.UNBUCKETED and where == exchange.UNBUCKETED:
             current, old, _needed = exchange.routes(rows, plan.buckets, keys)
-            mine = pc.or_(pc.equal(current, bucket), pc.fill_null(pc.equal(old, bucket), False))
-            rows = rows.filter(mine)
+            rows = rows.filter(pa.array(_mine(current, group, plan.tasks) | _mine(old, group, plan.tasks)))
+        elif secondary and plan.tasks == 1:  # one task folds every bucket: each event is in its own
+            continue
         if rows.num_rows:
             parts.append(rows)
     if not parts:
@@ -85,28 +107,26 @@ def _bucket_events(plan: FoldPlan, bucket: int, listing: pa.Table) -> pa.Table |
 
 
 def fold_buckets(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """One task: each of its buckets' events -> the net changes of the keys in that bucket, with their
-    table's identity (written to the batch's folder when it has one)."""
+    """One task: its buckets' events, folded at once -> the net changes of the keys in its buckets, with
+    their table's identity (written to the batch's folder when it has one)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     from replicator.fold.arrow import fold
     from replicator.model import table_label
 
     keys = {t: list(k) for t, k in plan.keys}
-    for _kind, bucket, listing in payload.items(batches):
-        events = _bucket_events(plan, bucket, listing)
+    for _kind, group, listing in payload.items(batches):
+        events = _group_events(plan, group, listing)
         if events is None:
             continue
         for table, folded in fold(events, keys, plan.barriers):
             n = folded.num_rows
-            if bucket != exchange.UNBUCKETED:  # the other half of a key change is its own bucket's
+            if group != exchange.UNBUCKETED:  # the other half of a key change is its own bucket's
                 label = pa.repeat(pa.scalar(table_label(table)), n)
-                mine = pc.equal(
-                    exchange.bucket_of(label, exchange.list_key_text(folded["key"]), plan.buckets), bucket
-                )
-                if not pc.all(mine).as_py():
-                    folded = folded.filter(mine)
+                buckets = exchange.bucket_of(label, exchange.list_key_text(folded["key"]), plan.buckets)
+                mine = _mine(buckets, group, plan.tasks)
+                if not mine.all():
+                    folded = folded.filter(pa.array(mine))
                     n = folded.num_rows
             identity = [pa.repeat(pa.scalar(part, pa.string()), n) for part in table]
             net = pa.table([*identity, *folded.columns], names=[*TABLE_COLUMNS, *folded.column_names])
@@ -116,6 +136,18 @@ def fold_buckets(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
                 yield from payload.to_files(plan.spill, [("folded", 0, net)])
         del events
     payload.release_memory()  # the worker is reused for the batch's next task
+
+
+def fold_tasks(plan: FoldPlan) -> int:
+    """How many tasks fold a bucketed batch (each the buckets equal to its number modulo this): up to one
+    per bucket, one per ``EVENTS_PER_TASK`` events (measured on the 1M catch-up: 2, 4 and 8 tasks of one
+    table folded in 2.7-3.0, 2.0-2.8 and 2.3 s, the larger tasks with 0.6 GB more in the workers), and
+    fewer where a table's share of a task would be under ``EVENTS_PER_TABLE`` events (a table's fold is
+    ~20 Arrow calls whatever its events: 100k events of 200 tables, folded per bucket in 8 buckets, took
+    2.2 s; in one task 1.0 s)."""
+    by_size = -(-plan.events // EVENTS_PER_TASK)
+    by_tables = plan.events // (max(1, len(plan.keys)) * EVENTS_PER_TABLE)
+    return max(1, min(plan.buckets, by_size, by_tables))
 
 
 def fold_batch(spark: SparkSession, index: pa.Table, plan: FoldPlan) -> dict[TableId, pa.Table]:
@@ -136,12 +168,16 @@ def fold_batch(spark: SparkSession, index: pa.Table, plan: FoldPlan) -> dict[Tab
         listing = index.filter(pc.invert(index["secondary"]))
         rows.append(("listing", exchange.UNBUCKETED, payload.to_ipc(listing)))
     else:
+        plan = replace(plan, tasks=plan.tasks or fold_tasks(plan))
         unbucketed = index.filter(pc.equal(index["bucket"], exchange.UNBUCKETED))
-        for bucket in range(plan.buckets):
-            listing = pa.concat_tables([index.filter(pc.equal(index["bucket"], bucket)), unbucketed])
+        for group in range(plan.tasks):
+            mine = index.filter(pa.array(_mine(index["bucket"], group, plan.tasks)))
+            listing = pa.concat_tables([mine, unbucketed])
             if listing.num_rows:
-                rows.append(("listing", bucket, payload.to_ipc(listing)))
-    frame = spark.createDataFrame(rows, payload.SCHEMA_DDL)
+                rows.append(("listing", group, payload.to_ipc(listing)))
+    # a task per listing (Spark would pack a few rows into its default parallelism's partitions)
+    parts_rdd = spark.sparkContext.parallelize(rows, max(1, len(rows)))
+    frame = spark.createDataFrame(parts_rdd, payload.SCHEMA_DDL)
     folded = frame.mapInArrow(partial(fold_buckets, plan), payload.SCHEMA_DDL)
     parts = list(payload.tables(folded.toArrow().to_batches()))  # net changes, or their files' names
     if not parts:
