@@ -59,7 +59,19 @@ def main() -> None:
     parser.add_argument("--workdir", default=str(REPO / "bench-out" / "cluster_cpu"))
     parser.add_argument("--driver-java-options", default="", help="passed to spark-submit as they are")
     parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE, passed to spark-submit")
+    parser.add_argument(
+        "--class-archive",
+        action="store_true",
+        help="the driver JVM maps `replicator jvm-archive`'s class archive (docs/operations.md)",
+    )
     args = parser.parse_args()
+    if args.class_archive:
+        from replicator.spark import class_archive
+
+        archive = class_archive()
+        if archive is None or not archive.is_file():
+            raise SystemExit(f"no class archive at {archive}: run `replicator jvm-archive` first")
+        args.driver_java_options = f"{args.driver_java_options} -XX:SharedArchiveFile={archive}".strip()
     workdir = Path(args.workdir)
     shutil.rmtree(workdir, ignore_errors=True)
     write_files(workdir / "landing", args.events, args.keys, args.per_file)
