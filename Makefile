@@ -42,7 +42,7 @@ soak: install ## long randomized runs: many hypothesis examples through the real
 	HYPOTHESIS_PROFILE=soak $(BIN)/python -m pytest -q tests/test_properties.py tests/test_bad_input.py tests/test_crash.py
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 
-bench: install ## the benchmarks of docs/performance.md (about 50 minutes); results in bench-out/*/result.json
+bench: install ## the benchmarks of docs/performance.md (about 55 minutes); results in bench-out/*/result.json
 	$(BIN)/python benchmarks/throughput.py
 	$(BIN)/python benchmarks/throughput.py --events 5000000 --keys 500000 --per-file 50000 --files-per-trigger 10 --workdir bench-out/throughput-5m
 	$(BIN)/python benchmarks/cluster_cpu.py
