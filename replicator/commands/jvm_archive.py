@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from shlex import quote
 
 import yaml
 
@@ -72,16 +73,15 @@ def write_archive(target: Path | None = None) -> Path:
         root = Path(work)
         sample_files(root / "landing")
         dump = target.parent / f".{target.name}.{os.getpid()}.tmp"
-        options = LOCAL_DEFAULTS["spark.driver.extraJavaOptions"]
+        defaults = LOCAL_DEFAULTS["spark.driver.extraJavaOptions"]
+        options = f"{defaults} -XX:ArchiveClassesAtExit={quote(str(dump))}"
         job = {
             "name": "jvm-archive",
             "source": {"type": "files", "path": str(root / "landing"), "dialect": "canal-json"},
             "target": {"path": str(root / "lake")},
             "state": {"path": str(root / "state")},
             # the job file's options replace the embedded defaults': no archive read, this one dumped
-            "spark": {
-                "conf": {"spark.driver.extraJavaOptions": f"{options} -XX:ArchiveClassesAtExit={dump}"}
-            },
+            "spark": {"conf": {"spark.driver.extraJavaOptions": options}},
         }
         (root / "job.yaml").write_text(yaml.safe_dump(job))
         config = str(root / "job.yaml")
