@@ -486,7 +486,7 @@ class DecodedBatch:
             for uri in pc.unique(listing["uri"]).to_pylist()
         ]
         spark = self.frame.sparkSession
-        frame = spark.createDataFrame(files, payload.SCHEMA_DDL).mapInArrow(
+        frame = payload.local_frame(spark, files).mapInArrow(
             partial(_select, tuple(tables), tuple(columns)), payload.SCHEMA_DDL
         )
         parts = list(payload.tables(frame.toArrow().to_batches()))

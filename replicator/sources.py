@@ -170,9 +170,14 @@ def file_records(files: list[tuple[str, int]]) -> pa.Table:
 def listing_frame(spark: SparkSession, files: list[tuple[str, int]]) -> DataFrame:
     """A batch's files ((uri, mtime ms)) as a DataFrame of one file per task (up to ``MAX_FILE_TASKS``):
     the executors open and decode them (replicator.decode)."""
+    import pyarrow as pa
+
+    from replicator.payload import local_frame
+
     tasks = max(1, min(len(files), MAX_FILE_TASKS))
     rows = sorted(files, key=lambda f: (f[1], f[0]))
-    return spark.createDataFrame(spark.sparkContext.parallelize(rows, tasks), "path STRING, mtime BIGINT")
+    schema = pa.schema([("path", pa.string()), ("mtime", pa.int64())])
+    return local_frame(spark, rows, schema, tasks)
 
 
 def files_inputs(frame: DataFrame) -> DataFrame:

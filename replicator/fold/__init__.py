@@ -175,9 +175,7 @@ def fold_batch(spark: SparkSession, index: pa.Table, plan: FoldPlan) -> dict[Tab
             listing = pa.concat_tables([mine, unbucketed])
             if listing.num_rows:
                 rows.append(("listing", group, payload.to_ipc(listing)))
-    # a task per listing (Spark would pack a few rows into its default parallelism's partitions)
-    parts_rdd = spark.sparkContext.parallelize(rows, max(1, len(rows)))
-    frame = spark.createDataFrame(parts_rdd, payload.SCHEMA_DDL)
+    frame = payload.local_frame(spark, rows)  # a task per listing
     folded = frame.mapInArrow(partial(fold_buckets, plan), payload.SCHEMA_DDL)
     parts = list(payload.tables(folded.toArrow().to_batches()))  # net changes, or their files' names
     if not parts:
