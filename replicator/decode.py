@@ -480,13 +480,15 @@ class DecodedBatch:
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        from replicator.spark import local_frame
+
         listing = self.index.filter(pc.invert(self.index["secondary"]))  # each event once
         files = [
             ("listing", 0, payload.to_ipc(listing.filter(pc.equal(listing["uri"], uri))))
             for uri in pc.unique(listing["uri"]).to_pylist()
         ]
         spark = self.frame.sparkSession
-        frame = payload.local_frame(spark, files).mapInArrow(
+        frame = local_frame(spark, files, payload.payload_schema()).mapInArrow(
             partial(_select, tuple(tables), tuple(columns)), payload.SCHEMA_DDL
         )
         parts = list(payload.tables(frame.toArrow().to_batches()))

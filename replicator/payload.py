@@ -11,7 +11,7 @@ table holds (``events``, ``groups``, ``barriers``, ``dead``, ``types``, ``change
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -149,29 +149,9 @@ def frame(spark: SparkSession, parts: Iterable[tuple[str, pa.Table]], slice_rows
     for kind, table in parts:
         for start in range(0, max(table.num_rows, 1), slice_rows):
             data.append((kind, 0, to_ipc(table.slice(start, slice_rows))))
-    return local_frame(spark, data or [("none", 0, to_ipc(pa.table({})))])
+    from replicator.spark import local_frame
 
-
-def local_frame(
-    spark: SparkSession,
-    rows: list[tuple[Any, ...]],
-    schema: pa.Schema | None = None,
-    tasks: int | None = None,
-) -> DataFrame:
-    """Rows made on the driver as a DataFrame of ``tasks`` partitions (default: a row each), in order,
-    sent to the JVM as Arrow record batches (a batch per partition; ``schema``: payload rows').
-
-    Not ``createDataFrame`` of Python rows: those become an RDD whose rows a Python worker converts, for
-    which Spark started a second Python daemon and its workers (a plain RDD job's workers are not a SQL
-    job's); the fold's first tasks waited ~0.9 s for them (measured on the 1M catch-up)."""
-    import pyarrow as pa
-
-    schema = schema or payload_schema()
-    tasks = max(1, min(tasks or len(rows), len(rows)))
-    size = -(-len(rows) // tasks) if rows else 1
-    as_dicts = [dict(zip(schema.names, r, strict=True)) for r in rows]
-    batches = [pa.RecordBatch.from_pylist(as_dicts[i : i + size], schema) for i in range(0, len(rows), size)]
-    return spark.createDataFrame(pa.Table.from_batches(batches, schema))
+    return local_frame(spark, data or [("none", 0, to_ipc(pa.table({})))], payload_schema())
 
 
 def payload_schema() -> pa.Schema:

@@ -172,7 +172,7 @@ def listing_frame(spark: SparkSession, files: list[tuple[str, int]]) -> DataFram
     the executors open and decode them (replicator.decode)."""
     import pyarrow as pa
 
-    from replicator.payload import local_frame
+    from replicator.spark import local_frame
 
     tasks = max(1, min(len(files), MAX_FILE_TASKS))
     rows = sorted(files, key=lambda f: (f[1], f[0]))

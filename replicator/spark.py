@@ -7,10 +7,11 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
 
     from replicator.config import JobConfig
 
@@ -146,3 +147,24 @@ def driver_java_options(archive: Path | None = None) -> str:
 
     # -Xlog off: a refused archive (another JVM's) is not worth a warning on every start.
     return f"{options} -XX:SharedArchiveFile={shlex.quote(str(archive))} -Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def local_frame(
+    spark: SparkSession,
+    rows: list[tuple[Any, ...]],
+    schema: pa.Schema,
+    tasks: int | None = None,
+) -> DataFrame:
+    """Rows made on the driver as a DataFrame of ``tasks`` partitions (default: a row each), in order,
+    sent to the JVM as Arrow record batches (a batch per partition).
+
+    Not ``createDataFrame`` of Python rows: those become an RDD whose rows a Python worker converts, for
+    which Spark started a second Python daemon and its workers (a plain RDD job's workers are not a SQL
+    job's); the fold's first tasks waited ~0.9 s for them (measured on the 1M catch-up)."""
+    import pyarrow as pa
+
+    tasks = max(1, min(tasks or len(rows), len(rows)))
+    size = -(-len(rows) // tasks) if rows else 1
+    as_dicts = [dict(zip(schema.names, r, strict=True)) for r in rows]
+    batches = [pa.RecordBatch.from_pylist(as_dicts[i : i + size], schema) for i in range(0, len(rows), size)]
+    return spark.createDataFrame(pa.Table.from_batches(batches, schema))

@@ -160,6 +160,7 @@ def fold_batch(spark: SparkSession, index: pa.Table, plan: FoldPlan) -> dict[Tab
     import pyarrow.compute as pc
 
     from replicator.fold.arrow import split_by_table
+    from replicator.spark import local_frame
 
     if not plan.keys or index.num_rows == 0:
         return {}
@@ -175,7 +176,7 @@ def fold_batch(spark: SparkSession, index: pa.Table, plan: FoldPlan) -> dict[Tab
             listing = pa.concat_tables([mine, unbucketed])
             if listing.num_rows:
                 rows.append(("listing", group, payload.to_ipc(listing)))
-    frame = payload.local_frame(spark, rows)  # a task per listing
+    frame = local_frame(spark, rows, payload.payload_schema())  # a task per listing
     folded = frame.mapInArrow(partial(fold_buckets, plan), payload.SCHEMA_DDL)
     parts = list(payload.tables(folded.toArrow().to_batches()))  # net changes, or their files' names
     if not parts:
