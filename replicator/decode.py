@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 from replicator import payload
 from replicator.dialects.base import DecodeOptions
-from replicator.model import BARRIER_OPS, DML_OPS
+from replicator.model import BARRIER_OPS, DML_OPS, keep
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -282,15 +282,6 @@ def _changelog_files_schema() -> pa.Schema:
 CHANGELOG_FILES = _changelog_files_schema()
 
 
-def _where(table: pa.Table, mask: pa.Array) -> pa.Table:
-    """``table.filter(mask)``, without copying every row image when every row is kept (the usual slice:
-    measured ~1 µs per event for the two filters of a slice)."""
-    import pyarrow.compute as pc
-
-    mask = pc.fill_null(mask, False)
-    return table if pc.all(mask).as_py() else table.filter(mask)
-
-
 def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """One task: its input rows -> payload rows (events per slice, then the task's small results)."""
     import pyarrow as pa
@@ -316,7 +307,7 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
                 ok = pc.is_null(events["error"])
                 if not pc.all(ok).as_py():
                     dead.append(events.filter(pc.invert(ok)).select(list(DEAD_COLUMNS)))
-                kept = _where(events, pc.and_(ok, pc.is_in(events["op"], wanted_ops)))
+                kept = keep(events, pc.and_(ok, pc.is_in(events["op"], wanted_ops)))
                 kept = kept.drop_columns(["raw", "error"])
                 is_barrier = pc.and_(pc.is_in(kept["op"], pa.array(BARRIER_OPS)), pc.is_valid(kept["table"]))
                 if pc.any(is_barrier).as_py():
@@ -324,7 +315,7 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
                     barriers.append(
                         rows.drop_columns([c for c in ("type_key", "batch_id") if c in rows.column_names])
                     )
-                dml = _where(kept, pc.is_in(kept["op"], pa.array(DML_OPS)))
+                dml = keep(kept, pc.is_in(kept["op"], pa.array(DML_OPS)))
                 if dml.num_rows:
                     types.append(type_counts(dml))
                 if changelog is not None:

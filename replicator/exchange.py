@@ -73,7 +73,7 @@ def routes(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from replicator.model import table_labels
+    from replicator.model import key_changes, table_labels
 
     n = events.num_rows
     current = np.full(n, UNBUCKETED, np.int32)
@@ -88,22 +88,14 @@ def routes(
             names = pc.if_else(missing, chosen, names)
     op = events["op"]
     is_delete = pc.equal(op, "delete")
-    is_update = pc.equal(op, "update")
     for text in pc.unique(names).to_pylist():
         if not text:
             continue
         rows = np.asarray(pc.fill_null(pc.equal(names, text), False))
-        key = text.split("\x1f")
-        before = [pc.map_lookup(events["before"], k, "first") for k in key]
-        after = [pc.map_lookup(events["after"], k, "first") for k in key]
+        before, after, changed = key_changes(op, events["before"], events["after"], text.split("\x1f"))
         now = [pc.if_else(is_delete, b, a) for b, a in zip(before, after, strict=True)]
         current[rows] = np.asarray(bucket_of(label, key_text(now), buckets))[rows]
-        changed = is_update
-        differs = pa.repeat(pa.scalar(False), n)
-        for b, a in zip(before, after, strict=True):
-            changed = pc.and_(changed, pc.is_valid(b))
-            differs = pc.or_(differs, pc.fill_null(pc.not_equal(b, a), False))
-        moved = rows & np.asarray(pc.fill_null(pc.and_(changed, differs), False))
+        moved = rows & np.asarray(changed)
         if moved.any():
             old[moved] = np.asarray(bucket_of(label, key_text(before), buckets))[moved]
             needed |= moved

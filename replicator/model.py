@@ -78,3 +78,31 @@ def table_labels(events: Any) -> Any:
     return pc.binary_join_element_wise(
         events["database"], events["schema"], events["table"], ".", null_handling="skip"
     )
+
+
+def keep(table: Any, mask: Any) -> Any:
+    """``table.filter(mask)`` (Arrow) without the copy when every row is kept (the usual batch: a filter
+    copies every row image)."""
+    import pyarrow.compute as pc
+
+    if pc.all(pc.fill_null(mask, False)).as_py():
+        return table
+    return table.filter(mask)
+
+
+def key_changes(op: Any, before: Any, after: Any, key: Any) -> tuple[list[Any], list[Any], Any]:
+    """Which updates move their row to another key (Arrow columns ``op``, ``before``, ``after``; ``key``
+    the key columns): every old key value present and one of them different from the new. Returns the
+    old and the new key values (an array per key column) and that mask. The fold folds such an update as
+    a delete of the old key too; the exchange copies it to the old key's bucket: one rule for both."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    old = [pc.map_lookup(before, k, "first") for k in key]
+    new = [pc.map_lookup(after, k, "first") for k in key]
+    changed = pc.equal(op, "update")
+    differs = pa.repeat(pa.scalar(False), len(op))
+    for o, a in zip(old, new, strict=True):
+        changed = pc.and_(changed, pc.is_valid(o))
+        differs = pc.or_(differs, pc.fill_null(pc.not_equal(o, a), False))
+    return old, new, pc.fill_null(pc.and_(changed, differs), False)

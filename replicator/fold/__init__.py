@@ -57,16 +57,13 @@ def _events(events: pa.Table, plan: FoldPlan) -> pa.Table | None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from replicator.model import DML_OPS, table_label, table_labels
+    from replicator.model import DML_OPS, keep, table_label, table_labels
 
     labels = pa.array([table_label(t) for t, _k in plan.keys], pa.string())
     mask = pc.and_(
         pc.is_in(events["op"], pa.array(DML_OPS)), pc.is_in(table_labels(events), value_set=labels)
     )
-    mask = pc.fill_null(mask, False)
-    if pc.all(mask).as_py():  # the usual case: filtering would copy every image for nothing
-        return events
-    events = events.filter(mask)
+    events = keep(events, mask)
     return events if events.num_rows else None
 
 

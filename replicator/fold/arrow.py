@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator.dialects.events import SEQ_SYSTEM, decoded_schema
-from replicator.model import DML_OPS, SEQ_WIDTH, TableId, seq_text
+from replicator.model import DML_OPS, SEQ_WIDTH, TableId, keep, key_changes, seq_text
 
 PATCH_META = "mongo_update"
 IMAGE_TYPE = pa.map_(pa.string(), pa.string())
@@ -44,13 +44,6 @@ def seq_system(event: Mapping[str, object]) -> str | None:
     """The coordinate system an event (a dict, maps as dicts) states for its seq, or None."""
     meta = event.get("meta")
     return meta.get(SEQ_SYSTEM) if isinstance(meta, Mapping) else None
-
-
-def keep(table: pa.Table, mask: pa.Array | pa.ChunkedArray) -> pa.Table:
-    """``table.filter(mask)`` without the copy when every row is kept (the usual batch)."""
-    if pc.all(pc.fill_null(mask, False)).as_py():
-        return table
-    return table.filter(mask)
 
 
 def split_by_table(events: pa.Table) -> Iterable[tuple[TableId, pa.Table]]:
@@ -125,10 +118,6 @@ def _segments(
     return segment
 
 
-def _key_values(image: pa.Array, key: Sequence[str]) -> list[pa.Array]:
-    return [pc.map_lookup(image, k, "first") for k in key]
-
-
 def _key_list(values: list[pa.Array]) -> pa.Array:
     n = len(values[0]) if values else 0
     width = len(values)
@@ -178,15 +167,7 @@ def fold_table(
     after = rows["after"]
     before = rows["before"]
     # An update whose key differs between before and after: delete(old key) + upsert(new key).
-    old_key = _key_values(before, key)
-    new_key = _key_values(after, key)
-    changed = pc.equal(op, "update")
-    for old in old_key:
-        changed = pc.and_(changed, pc.is_valid(old))
-    differs = _constant(False, n)
-    for old, new in zip(old_key, new_key, strict=True):
-        differs = pc.or_(differs, pc.fill_null(pc.not_equal(old, new), False))
-    changed = pc.fill_null(pc.and_(changed, differs), False)
+    old_key, new_key, changed = key_changes(op, before, after, key)
     key_cols = [pc.if_else(is_delete, o, a) for o, a in zip(old_key, new_key, strict=True)]
     patch = pc.map_lookup(rows["meta"], PATCH_META, "first")
     if patch.null_count < len(patch):

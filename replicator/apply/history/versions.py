@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator import ddl
-from replicator.fold.arrow import IMAGE_TYPE, PATCH_META, keep
+from replicator.fold.arrow import IMAGE_TYPE, PATCH_META
 from replicator.logging import get_logger
-from replicator.model import CDC_COLUMNS, CDC_EVENT_TIME, CDC_OP, CDC_SEQ, DML_OPS
+from replicator.model import CDC_COLUMNS, CDC_EVENT_TIME, CDC_OP, CDC_SEQ, DML_OPS, keep
 from replicator.sinks.base import MirrorWriter
 
 log = get_logger("replicator.apply.history")
