@@ -145,12 +145,12 @@ def frame(spark: SparkSession, parts: Iterable[tuple[str, pa.Table]], slice_rows
     """Arrow tables made on the driver (records for a batch, replayed events) as payload rows, a task each."""
     import pyarrow as pa
 
+    from replicator.spark import local_frame
+
     data = []
     for kind, table in parts:
         for start in range(0, max(table.num_rows, 1), slice_rows):
             data.append((kind, 0, to_ipc(table.slice(start, slice_rows))))
-    from replicator.spark import local_frame
-
     return local_frame(spark, data or [("none", 0, to_ipc(pa.table({})))], payload_schema())
 
 

@@ -75,9 +75,9 @@ def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> 
         master = (config.spark.master if config else None) or os.environ.get("REPLICATOR_SPARK_MASTER")
         master = master or "local[*]"
         builder = builder.master(master)
-        for key, value in LOCAL_DEFAULTS.items():
+        defaults = {**LOCAL_DEFAULTS, "spark.driver.extraJavaOptions": driver_java_options()}
+        for key, value in defaults.items():
             builder = builder.config(key, value)
-        builder = builder.config("spark.driver.extraJavaOptions", driver_java_options())
         if master.startswith("local"):  # an embedded session listens on loopback only
             builder = builder.config("spark.driver.host", "127.0.0.1").config(
                 "spark.driver.bindAddress", "127.0.0.1"

@@ -6,7 +6,8 @@ buckets (those equal to its number modulo the tasks, :func:`fold_tasks`) from ev
 folds them at once (``fold.arrow.fold``, barriers and keys from the driver) and keeps the net changes of
 the keys that hash to its buckets (the other half of a key change belongs to its old key's bucket, which
 has a copy of the update). The net changes go to the batch's folder, and only they reach the driver. A
-batch of up to ``small_batch`` events is folded by one task, each event once.
+batch of up to ``small_batch`` events, or one :func:`fold_tasks` gives a single task, is folded by one
+task that reads each event once.
 
 The JVM carries the listings and the files' names, never an event: a Spark shuffle of the events (as
 payload rows, and a partial fold per task before it) cost the JVM ~7 s of CPU per 1M events, and the
@@ -82,20 +83,18 @@ def _group_events(plan: FoldPlan, group: int, listing: pa.Table) -> pa.Table | N
     one of its buckets.
 
     A key-changing update is in its new key's bucket and, as a secondary copy, in its old key's. A task
-    that folds both reads it twice, which folds to the same net changes (the same event, the same seq);
-    a single task skips the copies."""
+    that folds both reads it twice, which folds to the same net changes (the same event, the same seq).
+    ``group`` UNBUCKETED: the one task of the batch, whose listing has no copies, reads every event."""
     import pyarrow as pa
 
     from replicator.model import table_label
 
     keys = {table_label(t): list(k) for t, k in plan.keys}
     parts = []
-    for where, secondary, rows in exchange.read(listing):
+    for where, _secondary, rows in exchange.read(listing):
         if group != exchange.UNBUCKETED and where == exchange.UNBUCKETED:
             current, old, _needed = exchange.routes(rows, plan.buckets, keys)
             rows = rows.filter(pa.array(_mine(current, group, plan.tasks) | _mine(old, group, plan.tasks)))
-        elif secondary and plan.tasks == 1:  # one task folds every bucket: each event is in its own
-            continue
         if rows.num_rows:
             parts.append(rows)
     if not parts:
@@ -148,7 +147,7 @@ def fold_tasks(plan: FoldPlan) -> int:
 
 
 def fold_batch(spark: SparkSession, index: pa.Table, plan: FoldPlan) -> dict[TableId, pa.Table]:
-    """The driver's half: one Spark task per few buckets folds them from the decode tasks' files (the
+    """The driver's half: a Spark task per group of buckets folds them from the decode tasks' files (the
     ``index`` of their record batches, exchange.EventFile), and the net changes are collected per table
     (the only rows of the batch that reach the driver)."""
     from functools import partial
@@ -162,11 +161,12 @@ def fold_batch(spark: SparkSession, index: pa.Table, plan: FoldPlan) -> dict[Tab
     if not plan.keys or index.num_rows == 0:
         return {}
     rows = []
-    if plan.events <= plan.small_batch:  # one task folds it all (each event once: no old-key copies)
+    tasks = 1 if plan.events <= plan.small_batch else plan.tasks or fold_tasks(plan)
+    if tasks == 1:  # one task folds it all, each event once (no old-key copies, nothing to route)
         listing = index.filter(pc.invert(index["secondary"]))
         rows.append(("listing", exchange.UNBUCKETED, payload.to_ipc(listing)))
     else:
-        plan = replace(plan, tasks=plan.tasks or fold_tasks(plan))
+        plan = replace(plan, tasks=tasks)
         unbucketed = index.filter(pc.equal(index["bucket"], exchange.UNBUCKETED))
         for group in range(plan.tasks):
             mine = index.filter(pa.array(_mine(index["bucket"], group, plan.tasks)))
