@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from replicator import exchange
 from replicator.decode import FOLD_COLUMNS
 from replicator.dialects.base import decode
-from replicator.fold import FoldPlan, fold_batch
+from replicator.fold import FoldPlan, fold_batch, fold_tasks
 from replicator.fold.arrow import fold
 from tests.dialects.golden import raw_records
 from tests.helpers import canal, order
@@ -98,3 +98,15 @@ def test_the_spark_fold_keeps_what_one_fold_keeps(
         )
         got = fold_batch(spark, pa.concat_tables(indexes), plan)
     assert net(got[TABLE]) == net(expected[TABLE])
+
+
+def test_fold_tasks_follow_the_batch_and_its_tables() -> None:
+    one_table = ((TABLE, ("id",)),)
+    many = tuple(((f"db{i}", None, "t"), ("id",)) for i in range(200))
+    plan = FoldPlan(keys=one_table, barriers=(), buckets=8, events=1_000_000)
+    assert fold_tasks(plan) == 8  # one per bucket: 125k events each
+    assert fold_tasks(FoldPlan(keys=one_table, barriers=(), buckets=8, events=300_000)) == 3
+    assert fold_tasks(FoldPlan(keys=one_table, barriers=(), buckets=8, events=100_000)) == 1
+    # 200 tables of 500 events: each task's fold is per table, so one task folds them all
+    assert fold_tasks(FoldPlan(keys=many, barriers=(), buckets=8, events=100_000)) == 1
+    assert fold_tasks(FoldPlan(keys=many, barriers=(), buckets=8, events=5_000_000)) == 5
