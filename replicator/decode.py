@@ -79,10 +79,10 @@ def _slices(table: pa.Table, size: int) -> Iterator[pa.Table]:
 
 def _files(batch: pa.RecordBatch, size: int) -> Iterator[pa.Table]:
     """Listing rows (path, mtime) -> each file's raw records (replicator.sources.file_chunk)."""
-    from replicator.sources import file_chunk, read_file
+    from replicator.sources import file_chunk, map_file
 
     for path, mtime in zip(batch.column("path").to_pylist(), batch.column("mtime").to_pylist(), strict=True):
-        content = read_file(path)
+        content = map_file(path)
         if content is None:
             raise OSError(f"cannot read {path}: no pyarrow file system opens it on this executor")
         yield from _slices(file_chunk(path, mtime, content), size)

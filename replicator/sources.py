@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import mmap
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import numpy as np
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
@@ -56,21 +60,26 @@ def raw_schema() -> pa.Schema:
 # ---- files -------------------------------------------------------------------------------------------------
 
 
-def split_file(path: str, content: bytes) -> tuple[pa.Array, list[int]]:
+def split_file(path: str, content: bytes | mmap.mmap) -> tuple[pa.Array, Sequence[int] | np.ndarray]:
     """One file's raw records (a binary array) and their offsets (line numbers, 1-based; 1 for a
-    whole-file record).
+    whole-file record). ``content``: the file's bytes, or the file mapped (:func:`map_file`).
 
     Lines are split on the byte 0x0A and keep their exact bytes (invalid UTF-8 included) for the decoder
-    and for dead letters; a trailing CR is dropped; blank lines are not records. (``bytes.split`` and one
-    ``join`` measured 6x faster than NumPy masks over the bytes.)
+    and for dead letters; a trailing CR is dropped; blank lines are not records. The usual file is split
+    by Arrow (:func:`_split_plain`); the others line by line (``bytes.split`` and one ``join`` measured 6x
+    faster than NumPy masks over the bytes).
     """
     import pyarrow as pa
 
+    b64 = path.endswith(".b64")
+    plain = None if b64 or path.endswith((".json", ".avro")) else _split_plain(content)
+    if plain is not None:
+        return plain
+    content = content if type(content) is bytes else bytes(content)
     if path.endswith((".json", ".avro")):
         if path.endswith(".json") and not content.strip():
             return pa.array([], pa.binary()), []
         return pa.array([content], pa.binary()), [1]
-    b64 = path.endswith(".b64")
     lines: list[bytes] = []
     numbers: list[int] = []
     for number, line in enumerate(content.split(b"\n"), start=1):
@@ -86,6 +95,38 @@ def split_file(path: str, content: bytes) -> tuple[pa.Array, list[int]]:
         lines.append(line)
         numbers.append(number)
     return _binary_array(lines), numbers
+
+
+# What ``bytes.isspace`` calls whitespace: a line starting with one may be blank.
+_SPACE_BYTES = tuple(b" \t\n\r\x0b\x0c")
+
+
+def _split_plain(content: bytes | mmap.mmap) -> tuple[pa.Array, np.ndarray] | None:
+    """The usual file (LF line ends, no blank line, no line starting with whitespace) split by Arrow in
+    one pass, with no Python step per line (measured 1.5 -> 0.3 µs per line). Anything else: None, and
+    the general loop decides line by line."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if content.find(b"\r") >= 0 or not len(content):
+        return None
+    whole = pa.Array.from_buffers(
+        pa.large_binary(),
+        1,
+        [None, pa.py_buffer(np.array([0, len(content)], np.int64)), pa.py_buffer(content)],
+    )
+    lines = pc.split_pattern(whole, b"\n").flatten()
+    if content[-1:] == b"\n":
+        lines = lines.slice(0, len(lines) - 1)
+    n = len(lines)
+    if n == 0 or pc.min(pc.binary_length(lines)).as_py() == 0:
+        return None
+    offsets = np.frombuffer(lines.buffers()[1], np.int64)[lines.offset : lines.offset + n]
+    first = np.frombuffer(lines.buffers()[2], np.uint8)[offsets]  # each line's first byte
+    if np.isin(first, _SPACE_BYTES).any():
+        return None
+    return lines.cast(pa.binary()), np.arange(1, n + 1, dtype=np.int64)  # the cast raises over 2 GiB
 
 
 def _binary_from(offsets: np.ndarray, data: bytes) -> pa.Array:
@@ -135,7 +176,21 @@ def read_file(uri: str) -> bytes | None:
         return None
 
 
-def file_chunk(path: str, mtime: int, content: bytes) -> pa.Table:
+def map_file(uri: str) -> bytes | mmap.mmap | None:
+    """A file's bytes for decoding: a local file is memory-mapped, its pages read from the page cache
+    where they are. (Reading it copied every page into fresh memory, one page fault each: 0.5-0.7 µs of
+    a line's ~16 µs, measured on the benchmark's files.) Landed files do not change (the file source's
+    own assumption); others are read (:func:`read_file`)."""
+    local = _local_path(uri)
+    if local is None:
+        return read_file(uri)
+    with open(local, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return b""
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def file_chunk(path: str, mtime: int, content: bytes | mmap.mmap) -> pa.Table:
     """One file's raw records; partition = the file's modification time (ms), offset = line number."""
     import numpy as np
     import pyarrow as pa
