@@ -13,6 +13,7 @@ import tempfile
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -110,3 +111,36 @@ def test_fold_tasks_follow_the_batch_and_its_tables() -> None:
     # 200 tables of 500 events: each task's fold is per table, so one task folds them all
     assert fold_tasks(FoldPlan(keys=many, barriers=(), buckets=8, events=100_000)) == 1
     assert fold_tasks(FoldPlan(keys=many, barriers=(), buckets=8, events=5_000_000)) == 5
+
+
+def reference_hash(text: str | None) -> int:
+    """exchange.text_hash spelled out byte by byte: a polynomial in the UTF-8 bytes modulo 2^64, the
+    length mixed in, then splitmix64's finalizer."""
+    mask = (1 << 64) - 1
+    data = (text or "").encode()
+    h = 0
+    for byte in data:
+        h = (h * 0x100000001B3 + byte) & mask
+    h ^= len(data)
+    h ^= h >> 30
+    h = (h * 0xBF58476D1CE4E5B9) & mask
+    h ^= h >> 27
+    h = (h * 0x94D049BB133111EB) & mask
+    return h ^ (h >> 31)
+
+
+@given(texts=st.lists(st.none() | st.text(max_size=40), max_size=50), start=st.integers(0, 10))
+def test_a_key_hashes_alike_in_every_process(texts, start):
+    """The bucket hash depends on the text's bytes only (not on a process's salt, a chunk or a slice)."""
+    array = pa.array([None] * start + texts, pa.string()).slice(start)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(exchange, "HASH_ROWS", 7)  # several chunks
+        assert [int(h) for h in exchange.text_hash(array)] == [reference_hash(t) for t in texts]
+
+
+def test_the_examples_key_moves_cross_buckets() -> None:
+    """The fold property's explicit example moves keys 1 -> 2 and 3 -> 4 across the two buckets."""
+    label = pa.array(["shop.orders"] * 5)
+    keys = exchange.list_key_text(pa.array([[str(k)] for k in range(5)]))
+    buckets = exchange.bucket_of(label, keys, 2).to_pylist()
+    assert buckets[1] != buckets[2] and buckets[3] != buckets[4]
