@@ -53,7 +53,7 @@ from replicator.errors import RecordFailed
 from replicator.fold import FoldPlan, fold_batch
 from replicator.fold.arrow import Barrier, no_changes, seq_system
 from replicator.logging import get_logger
-from replicator.model import BARRIER_OPS, DML_OPS, TableId, table_label, table_labels
+from replicator.model import BARRIER_OPS, DML_OPS, TableId, table_label, table_labels, table_order
 from replicator.sinks import writer_factory
 from replicator.sources import batch_inputs
 from replicator.state import DEAD_LETTER_SCHEMA, BatchSummary, State, TableState, now
@@ -308,7 +308,9 @@ class Engine:
         batch_id: int,
     ) -> list[TableResult]:
         work: list[TableBatch] = []
-        for table in list(folded):
+        # Tables in name order, not in the order their net changes came back (which follows the fold's
+        # buckets): a batch applies its tables the same way every run (logs, crash points, thread units).
+        for table in sorted(folded, key=table_order):
             # Taken out of the batch's dict: the table's applier holds the only reference to its rows and
             # frees their images once typed (TableApplier.run).
             rows = folded.pop(table)
@@ -316,7 +318,7 @@ class Engine:
                 work.append(self._table_batch(table, rows, by_table, types, keys, registry))
             del rows
         seen = {w.table for w in work}
-        for table in set(by_table) - seen:
+        for table in sorted(set(by_table) - seen, key=table_order):
             if table in keys:
                 work.append(self._table_batch(table, no_changes(), by_table, types, keys, registry))
 

@@ -71,6 +71,11 @@ def table_label(table: tuple[str, str | None, str]) -> str:
     return ".".join(part for part in table if part)
 
 
+def table_order(table: tuple[str, str | None, str]) -> tuple[str, str, str]:
+    """A sort key of table ids (a NULL schema sorts first)."""
+    return (table[0], table[1] or "", table[2])
+
+
 def table_labels(events: Any) -> Any:
     """:func:`table_label` of every row of an Arrow table with ``database``, ``schema``, ``table``."""
     import pyarrow.compute as pc
