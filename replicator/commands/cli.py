@@ -15,12 +15,40 @@ from replicator.model import table_label
 
 
 def _mirror(args: argparse.Namespace) -> int:
-    from replicator.commands.runner import MirrorJob
+    import threading
+
     from replicator.spark import get_spark
 
     config = load_config(args.config)  # fails before Spark starts
+    # The engine's modules (deltalake, the dialects, the stages: ~0.3 s) load while the driver waits for
+    # its JVM, instead of after it. An import that fails there fails again below, in the main thread.
+    preload = threading.Thread(target=_preload, name="preload", daemon=True)
+    preload.start()
     spark = get_spark(config)
+    preload.join()
+    from replicator.commands.runner import MirrorJob
+
     return MirrorJob(config, spark).run(available_now=args.available_now)
+
+
+def _preload() -> None:
+    import importlib
+
+    try:
+        for module in PRELOADED:
+            importlib.import_module(module)
+    except Exception:  # the main thread imports it again and reports the error
+        pass
+
+
+PRELOADED = (
+    "replicator.engine",
+    "replicator.commands.runner",
+    "replicator.commands.progress",
+    "replicator.sources",
+    "replicator.dialects",
+    "replicator.sinks.delta_rs",
+)
 
 
 def _decode(args: argparse.Namespace) -> int:
