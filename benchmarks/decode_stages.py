@@ -32,7 +32,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workload import events
 
-from replicator.dialects.base import Decoder, decode, gc_paused
+from replicator.dialects.base import Decoder, decode, gc_paused, record_tuples
 from replicator.dialects.events import At, Events, seq_texts
 from replicator.sources import raw_schema
 
@@ -42,6 +42,7 @@ def records(count: int) -> pa.Table:
     return pa.table(
         [
             pa.array(raws, pa.binary()),
+            pa.nulls(count, pa.binary()),  # a file's records have no Kafka key
             pa.array(["landing/part-00000.jsonl"] * count, pa.string()),
             pa.array([None] * count, pa.int64()),
             pa.array(range(1, count + 1), pa.int64()),
@@ -72,7 +73,7 @@ def main() -> None:
     n = args.messages
     table = records(n)
     raws = table["raw"].to_pylist()
-    rows = list(zip(*(table[c].to_pylist() for c in ("raw", "source", "partition", "offset")), strict=True))
+    rows = list(record_tuples(table))  # (raw, source, partition, offset, key), as decode reads them
 
     parse, parsed = best(lambda: [orjson.loads(r) for r in raws], args.repeat)
 
@@ -83,7 +84,7 @@ def main() -> None:
     def dialect_stage():  # type: ignore[no-untyped-def]
         out = Events()
         dec = dialect_obj.decode
-        for message, (raw, source, partition, offset) in zip(parsed, rows, strict=True):  # type: ignore[call-overload]
+        for message, (raw, source, partition, offset, _key) in zip(parsed, rows, strict=True):  # type: ignore[call-overload]
             dec(message, At(0, source, partition, offset, 0, raw), out)
         return out
 
