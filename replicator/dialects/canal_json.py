@@ -137,11 +137,23 @@ class CanalJson(Dialect):
         self.ddl_set = frozenset((*DDL_KINDS, *self.ddl_types))
         self.names: dict[str | None, str | None] = {}
         self.plain = is_plain(self)  # canal_plain reads the usual message
-        if self.plain:  # one call per record instead of two (decode_record's own)
-            self.decode_record = partial(read_record, self)  # type: ignore[method-assign]
         # canal_plain.read_record's caches: raw type maps per table, the raw pkNames
         self.raw_types: dict[Any, tuple[Any, Any, Image, Any]] = {}
         self.raw_pk: tuple[Any, list[str]] = (None, [])
+
+    @property
+    def plain(self) -> bool:
+        """Whether canal_plain's readers take the usual message (off: every message the general way, as
+        tests/dialects/test_canal_plain.py compares)."""
+        return self._plain
+
+    @plain.setter
+    def plain(self, on: bool) -> None:
+        self._plain = on
+        if on:  # one call per record instead of two (decode_record's own)
+            self.decode_record = partial(read_record, self)  # type: ignore[method-assign]
+        else:
+            self.__dict__.pop("decode_record", None)
 
     def disambiguate(self, message: dict[str, Any]) -> bool:
         """Canal, never DRS: a parameterised mysqlType (``int(11)``; DRS writes bare names, seed 003), a
