@@ -90,7 +90,26 @@ def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> 
         spark.conf.set(key, value)
     if not submitted:
         spark.sparkContext.setLogLevel("ERROR")
+        if (spark.sparkContext.master or "").startswith("local"):
+            _files_dir_on_workers_path(spark)
     return spark
+
+
+def _files_dir_on_workers_path(spark: SparkSession) -> None:
+    """Start the Python workers with Spark's files folder already on their path.
+
+    Each new Python worker adds that folder to ``sys.path`` before its first task and, finding it new,
+    calls ``importlib.invalidate_caches()``, which re-reads the directory of ``pyspark.zip`` once per
+    package imported from it: 0.4 s of each worker's first task, measured on the 1M catch-up. With the
+    folder in the workers' ``PYTHONPATH`` (Spark passes ``SparkContext.environment`` to its Python
+    daemon) nothing is new. Local mode only: there the executor's files folder is the driver's."""
+    from pyspark import SparkFiles
+
+    environment = spark.sparkContext.environment
+    folder = SparkFiles.getRootDirectory()
+    paths = [p for p in environment.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if folder not in paths:
+        environment["PYTHONPATH"] = os.pathsep.join([folder, *paths])
 
 
 # ---- the driver JVM's class data sharing archive -----------------------------------------------------------
