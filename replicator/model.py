@@ -95,6 +95,37 @@ def keep(table: Any, mask: Any) -> Any:
     return table.filter(mask)
 
 
+def map_values(maps: Any, names: Any) -> list[Any]:
+    """Each name's value in every row of a ``MAP<STRING, STRING>`` array, as ``pc.map_lookup(maps, name,
+    "first")`` gives it (NULL where the map is NULL or lacks the key; a repeated key's first entry), from
+    one flattening of the maps. ``map_lookup`` walks every row's entries again for each name: measured on
+    300k nine-column images, 0.83 s for the nine columns against 0.12-0.2 s, and 0.09 against 0.02 s for
+    one (a table's key)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(maps, pa.ChunkedArray):
+        maps = maps.combine_chunks()
+    n = len(maps)
+    as_lists = maps.cast(pa.list_(pa.struct([maps.type.key_field, maps.type.item_field])))
+    entries = pc.list_flatten(as_lists)  # NULL maps hold no entries
+    parents = np.asarray(pc.list_parent_indices(as_lists))
+    keys, values = entries.field("key"), entries.field("value")
+    every_row = np.arange(n)
+    out = []
+    for name in names:
+        hits = np.flatnonzero(np.asarray(pc.equal(keys, name)))
+        rows = parents[hits]
+        if len(hits) == n and np.array_equal(rows, every_row):  # the usual image: the key once in each row
+            out.append(values.take(pa.array(hits)))
+            continue
+        index = np.full(n, -1, np.int64)
+        index[rows[::-1]] = hits[::-1]  # written last to first: a repeated key's first entry wins
+        out.append(values.take(pa.array(index, mask=index < 0)))
+    return out
+
+
 def key_changes(op: Any, before: Any, after: Any, key: Any) -> tuple[list[Any], list[Any], Any]:
     """Which updates move their row to another key (Arrow columns ``op``, ``before``, ``after``; ``key``
     the key columns): every old key value present and one of them different from the new. Returns the
@@ -103,8 +134,8 @@ def key_changes(op: Any, before: Any, after: Any, key: Any) -> tuple[list[Any], 
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    old = [pc.map_lookup(before, k, "first") for k in key]
-    new = [pc.map_lookup(after, k, "first") for k in key]
+    old = map_values(before, key)
+    new = map_values(after, key)
     changed = pc.equal(op, "update")
     differs = pa.repeat(pa.scalar(False), len(op))
     for o, a in zip(old, new, strict=True):

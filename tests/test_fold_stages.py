@@ -22,6 +22,7 @@ from replicator.decode import FOLD_COLUMNS
 from replicator.dialects.base import decode
 from replicator.fold import FoldPlan, fold_batch, fold_tasks
 from replicator.fold.arrow import fold
+from replicator.model import map_values
 from tests.dialects.golden import raw_records
 from tests.helpers import canal, order
 
@@ -144,3 +145,24 @@ def test_the_examples_key_moves_cross_buckets() -> None:
     keys = exchange.list_key_text(pa.array([[str(k)] for k in range(5)]))
     buckets = exchange.bucket_of(label, keys, 2).to_pylist()
     assert buckets[1] != buckets[2] and buckets[3] != buckets[4]
+
+
+images = st.lists(
+    st.none()
+    | st.lists(
+        st.tuples(st.sampled_from(["id", "name", "é", ""]), st.none() | st.text(max_size=3)), max_size=6
+    ),
+    max_size=30,
+)
+
+
+@given(rows=images, start=st.integers(0, 3))
+def test_map_values_reads_a_map_as_map_lookup_does(rows, start):
+    """One flattening of the images gives each column what ``map_lookup(..., "first")`` gives: NULL for a
+    NULL map or an absent key, a repeated key's first value (the key's values for the fold's key changes
+    and the apply's typing)."""
+    maps = pa.array([None] * start + rows, pa.map_(pa.string(), pa.string())).slice(start)
+    names = ["id", "name", "é", "", "absent"]
+    got = map_values(maps, names)
+    for name, values in zip(names, got, strict=True):
+        assert values.equals(pc.map_lookup(maps, pa.scalar(name, pa.string()), "first")), name

@@ -18,7 +18,16 @@ import pyarrow.compute as pc
 from replicator import payload
 from replicator.apply.documents import PatchError, apply_patches
 from replicator.logging import get_logger
-from replicator.model import CDC_COLUMNS, CDC_EVENT_TIME, CDC_OP, CDC_POSITION, CDC_SEQ, TableId, table_label
+from replicator.model import (
+    CDC_COLUMNS,
+    CDC_EVENT_TIME,
+    CDC_OP,
+    CDC_POSITION,
+    CDC_SEQ,
+    TableId,
+    map_values,
+    table_label,
+)
 from replicator.sinks.base import MergeResult, MirrorWriter, Txn, quote
 from replicator.state import State, TableState
 from replicator.types import column_type, parse_values
@@ -175,10 +184,8 @@ class TableApplier:
         )
         columns: dict[str, pa.Array] = {}
         bad: dict[int, str] = {}
-        for f in schema:
-            if f.name in CDC_COLUMNS:
-                continue
-            strings = pc.map_lookup(image, pa.scalar(f.name, pa.string()), "first")
+        fields = [f for f in schema if f.name not in CDC_COLUMNS]
+        for f, strings in zip(fields, map_values(image, [f.name for f in fields]), strict=True):
             typed, errors = parse_values(strings, f.type, timezone=self.timezone, zero_dates=self.zero_dates)
             for err in errors:
                 bad.setdefault(err.row, f"column {f.name!r}: {err.message}")
