@@ -15,7 +15,7 @@ compile for every micro-batch.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,10 +100,18 @@ class Dialect:
         """Binary dialects decode a whole raw record."""
         raise NotImplementedError
 
-    def decode_record(self, raw: bytes | None, at: At, out: Events) -> bool:
-        """A JSON dialect's own reading of a whole raw record, tried first when the dialect is pinned: True
-        when it appended the record's events, False (nothing appended) to leave it to :meth:`decode`."""
-        return False
+    def read_records(
+        self,
+        records: Iterable[RawTuple],
+        batch_id: int,
+        out: Events,
+        general: Callable[[Any, At, Events], None],
+    ) -> None:
+        """A pinned JSON dialect's raw records -> events: each record goes to ``general(raw, at, out)`` (the
+        parse and :meth:`decode`). A dialect may read the usual record its own way first (canal-json:
+        dialects/canal_plain.py), handing the others to ``general`` in their turn."""
+        for raw, source, partition, offset, key in records:
+            general(raw, At(batch_id, source, partition, offset, 0, raw, key), out)
 
     def check(self) -> None:
         """Raise ValueError when the job file lacks something this dialect needs (before any batch)."""
@@ -149,13 +157,14 @@ class Decoder:
         """Decode (raw, source, partition, offset, key) tuples; returns the Events builder."""
         out = Events()
         fixed = self.fixed
-        binary = fixed is not None and fixed.binary
-        read = fixed.decode_record if fixed is not None and not binary else _never
+        if fixed is not None and not fixed.binary:
+            fixed.read_records(records, batch_id, out, self._json_record)
+            return out
         for raw, source, partition, offset, key in records:
             at = At(batch_id, source, partition, offset, 0, raw, key)
-            if binary:
-                self._guarded(fixed, None, at, out)  # type: ignore[arg-type]
-            elif not read(raw, at, out):
+            if fixed is not None:
+                self._guarded(fixed, None, at, out)
+            else:
                 self._json_record(raw, at, out)
         return out
 
@@ -255,10 +264,6 @@ class Decoder:
             None,
             f"ambiguous message format: it reads as any of {listed}; pin source.dialect in the job file",
         )
-
-
-def _never(raw: bytes | None, at: At, out: Events) -> bool:
-    return False
 
 
 def _utf8(raw: Any) -> bool:

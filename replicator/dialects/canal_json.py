@@ -8,11 +8,10 @@ LogEventConvert; notes/ENCODINGS.md §1). Order: ``es`` (binlog execute time, ms
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, ClassVar
 
 from replicator.dialects.base import Dialect
-from replicator.dialects.canal_plain import is_plain, read_message, read_record
+from replicator.dialects.canal_plain import is_plain, read_message, read_records
 from replicator.dialects.events import At, Events, Image, epoch_micros, epoch_millis
 from replicator.dialects.jsontext import INT64, cast_bigint, image, json_integer, string, text, to_json
 
@@ -136,24 +135,12 @@ class CanalJson(Dialect):
         self._pk: list[str] = []
         self.ddl_set = frozenset((*DDL_KINDS, *self.ddl_types))
         self.names: dict[str | None, str | None] = {}
-        self.plain = is_plain(self)  # canal_plain reads the usual message
-        # canal_plain.read_record's caches: raw type maps per table, the raw pkNames
+        # canal_plain reads the usual message (off: every message the general way, as
+        # tests/dialects/test_canal_plain.py compares)
+        self.plain = is_plain(self)
+        # canal_plain.read_records' caches: raw type maps per table, the raw pkNames
         self.raw_types: dict[Any, tuple[Any, Any, Image, Any]] = {}
         self.raw_pk: tuple[Any, list[str]] = (None, [])
-
-    @property
-    def plain(self) -> bool:
-        """Whether canal_plain's readers take the usual message (off: every message the general way, as
-        tests/dialects/test_canal_plain.py compares)."""
-        return self._plain
-
-    @plain.setter
-    def plain(self, on: bool) -> None:
-        self._plain = on
-        if on:  # one call per record instead of two (decode_record's own)
-            self.decode_record = partial(read_record, self)  # type: ignore[method-assign]
-        else:
-            self.__dict__.pop("decode_record", None)
 
     def disambiguate(self, message: dict[str, Any]) -> bool:
         """Canal, never DRS: a parameterised mysqlType (``int(11)``; DRS writes bare names, seed 003), a
@@ -334,8 +321,11 @@ class CanalJson(Dialect):
                 position, meta,
             )  # fmt: skip
 
-    def decode_record(self, raw: bytes | None, at: At, out: Events) -> bool:
-        return self.plain and read_record(self, raw, at, out)
+    def read_records(self, records: Any, batch_id: int, out: Events, general: Any) -> None:
+        if self.plain:
+            read_records(self, records, batch_id, out, general)
+        else:
+            super().read_records(records, batch_id, out, general)
 
     def primary_key(self, m: dict[str, Any]) -> list[str]:
         return self.primary_key_of(m.get("pkNames"))

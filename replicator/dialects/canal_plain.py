@@ -4,7 +4,7 @@ are all text or NULL, with whole ``es``/``id`` and no extra keys.
 Two readers, both for a dialect that keeps canal's own hooks (:func:`is_plain`; DRS JSON and CKafka
 override them and never come here):
 
-- :func:`read_record` reads the raw record with ``msgspec`` into a typed :class:`PlainMessage`: the type
+- :func:`read_records` reads each raw record with ``msgspec`` into a typed :class:`PlainMessage`: the type
   maps (``mysqlType``/``sqlType``, a third of a message, the same in message after message) and
   ``pkNames`` stay raw bytes, compared with the last ones and parsed only when they change; row values
   are checked to be text while parsing. Measured on the benchmark workload: 3.1 µs per message against
@@ -18,6 +18,7 @@ are the reference: the golden tests in tests/dialects run both ways (``test_cana
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -27,6 +28,7 @@ from replicator.dialects.events import MAX_MICROS, MIN_MICROS, At, Events
 from replicator.dialects.jsontext import INT64, TEXT_OR_NULL, image
 
 if TYPE_CHECKING:
+    from replicator.dialects.base import RawTuple
     from replicator.dialects.canal_json import CanalJson
 
 PLAIN_OPS = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete", "INIT": "snapshot"}
@@ -38,6 +40,8 @@ PLAIN_HOOKS = (
 )  # fmt: skip
 
 Row = dict[str, str | None]
+# Where a message's rows come from: batch id, source, partition, offset, index (as in At).
+Where = tuple[int, str | None, int | None, int | None, int]
 
 
 class PlainMessage(msgspec.Struct, forbid_unknown_fields=True):
@@ -68,12 +72,25 @@ def is_plain(dialect: CanalJson) -> bool:
     return all(getattr(type(dialect), h) is getattr(CanalJson, h) for h in PLAIN_HOOKS)
 
 
-def read_record(dialect: CanalJson, raw: Any, at: At, out: Events) -> bool:
-    """One raw record holding one usual message -> its rows in ``out`` (True), else False, nothing added."""
-    try:
-        m = _DECODER.decode(raw)
-    except (ValueError, TypeError):  # DecodeError/ValidationError, UnicodeDecodeError; TypeError: no bytes
-        return False
+def read_records(
+    dialect: CanalJson, records: Iterable[RawTuple], batch_id: int, out: Events, general: Any
+) -> None:
+    """Raw records -> their rows in ``out``: a record holding one usual message is read here, any other
+    goes to ``general(raw, at, out)`` (the general path) in its turn. One loop for the batch's records: a
+    call and an ``At`` per record cost ~0.4 µs of a message's ~6 here."""
+    decode = _DECODER.decode
+    for record in records:
+        raw = record[0]
+        try:
+            m = decode(raw)  # type: ignore[arg-type]
+        except (ValueError, TypeError):  # DecodeError, ValidationError, bad UTF-8; TypeError: no bytes
+            m = None
+        if m is None or not _read(dialect, m, (batch_id, record[1], record[2], record[3], 0), out):
+            general(raw, At(batch_id, record[1], record[2], record[3], 0, raw, record[4]), out)
+
+
+def _read(dialect: CanalJson, m: PlainMessage, where: Where, out: Events) -> bool:
+    """One usual message, typed by msgspec -> its rows in ``out`` (True), else False, nothing added."""
     op = PLAIN_OPS.get(m.type)
     if op is None or m.isDdl or not m.database or not m.table or m.es not in INT64 or m.id not in INT64:
         return False
@@ -111,7 +128,7 @@ def read_record(dialect: CanalJson, raw: Any, at: At, out: Events) -> bool:
     mark = out.mark()
     try:
         return _emit(
-            dialect, at, out, op, database, table, m.es, m.id, m.ts, pk, hit[2], hit[3], m.data, old, True
+            dialect, where, out, op, database, table, m.es, m.id, m.ts, pk, hit[2], hit[3], m.data, old, True
         )
     except Exception:  # nothing foreseen raises here; the general path names what did
         out.rollback(mark)
@@ -155,12 +172,13 @@ def read_message(dialect: CanalJson, m: dict[str, Any], at: At, out: Events) -> 
     ts = m.get("ts")
     old = m.get("old") if op == "update" else None
     old = old if type(old) is list else ()
-    return _emit(dialect, at, out, op, database, table, es, id_, ts, pk, types, facts, rows, old, False)
+    where = (at.batch_id, at.source, at.partition, at.offset, at.index)
+    return _emit(dialect, where, out, op, database, table, es, id_, ts, pk, types, facts, rows, old, False)
 
 
 def _emit(
     dialect: CanalJson,
-    at: At,
+    where: Where,
     out: Events,
     op: str,
     database: str,
@@ -186,8 +204,8 @@ def _emit(
     # Rows go straight into the builder in its row layout (Events.row, without a call per row; the tests
     # comparing both ways catch any drift between the two).
     append = out.rows.append
-    source, partition, offset, at_index = at.source, at.partition, at.offset, at.index
-    head = (millis, id_, at.batch_id, partition or 0, offset or 0, at_index)
+    batch_id, source, partition, offset, at_index = where
+    head = (millis, id_, batch_id, partition or 0, offset or 0, at_index)
     name = dialect.name
     for index, row in enumerate(rows):
         if not text:
