@@ -522,7 +522,7 @@ def _select(
 
     wanted = pa.array([table_label(t) for t in tables], pa.string())
     for listing in payload.tables(batches):
-        for _bucket, _secondary, events in read(listing):
+        for _bucket, events in read(listing):
             mask = pc.and_(
                 pc.is_in(table_labels(events), value_set=wanted), pc.is_in(events["op"], pa.array(DML_OPS))
             )

@@ -244,22 +244,20 @@ def index_schema() -> pa.Schema:
     )
 
 
-def read(listing: pa.Table) -> list[tuple[int, bool, pa.Table]]:
-    """The record batches an index lists (uri, batch, bucket, secondary), as (bucket, secondary, rows) per
-    file, bucket and kind."""
+def read(listing: pa.Table) -> list[tuple[int, pa.Table]]:
+    """The record batches an index lists (uri, batch, bucket), as (bucket, rows) per file and bucket."""
     import pyarrow as pa
     from pyarrow import fs
 
-    wanted: dict[str, dict[tuple[int, bool], list[int]]] = {}
-    columns = (listing[c].to_pylist() for c in ("uri", "batch", "bucket", "secondary"))
-    for uri, batch, bucket, secondary in zip(*columns, strict=True):
-        wanted.setdefault(uri, {}).setdefault((bucket, bool(secondary)), []).append(batch)
+    wanted: dict[str, dict[int, list[int]]] = {}
+    for uri, batch, bucket in zip(*(listing[c].to_pylist() for c in ("uri", "batch", "bucket")), strict=True):
+        wanted.setdefault(uri, {}).setdefault(bucket, []).append(batch)
     out = []
     for uri, by_bucket in wanted.items():
         filesystem, path = fs.FileSystem.from_uri(uri)
         with filesystem.open_input_file(path) as source:
             reader = pa.ipc.open_file(source)
-            for (bucket, secondary), batches in by_bucket.items():
+            for bucket, batches in by_bucket.items():
                 rows = pa.Table.from_batches([reader.get_batch(i) for i in batches], schema=reader.schema)
-                out.append((bucket, secondary, rows))
+                out.append((bucket, rows))
     return out

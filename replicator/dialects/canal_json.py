@@ -8,12 +8,16 @@ LogEventConvert; notes/ENCODINGS.md §1). Order: ``es`` (binlog execute time, ms
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from replicator.dialects.base import Dialect
 from replicator.dialects.canal_plain import is_plain, read_message, read_records
 from replicator.dialects.events import At, Events, Image, epoch_micros, epoch_millis
 from replicator.dialects.jsontext import INT64, cast_bigint, image, json_integer, string, text, to_json
+
+if TYPE_CHECKING:
+    from replicator.dialects.base import RawTuple
 
 DDL_KINDS = ("CREATE", "ALTER", "ERASE", "RENAME", "TRUNCATE", "CINDEX", "DINDEX", "QUERY", "INIT_DDL")
 BINARY_TYPE = r"(?i)^\s*(binary|varbinary|tinyblob|blob|mediumblob|longblob)\b"
@@ -321,7 +325,13 @@ class CanalJson(Dialect):
                 position, meta,
             )  # fmt: skip
 
-    def read_records(self, records: Any, batch_id: int, out: Events, general: Any) -> None:
+    def read_records(
+        self,
+        records: Iterable[RawTuple],
+        batch_id: int,
+        out: Events,
+        general: Callable[[Any, At, Events], None],
+    ) -> None:
         if self.plain:
             read_records(self, records, batch_id, out, general)
         else:

@@ -91,7 +91,7 @@ def _group_events(plan: FoldPlan, group: int, listing: pa.Table) -> pa.Table | N
 
     keys = {table_label(t): list(k) for t, k in plan.keys}
     parts = []
-    for where, _secondary, rows in exchange.read(listing):
+    for where, rows in exchange.read(listing):
         if group != exchange.UNBUCKETED and where == exchange.UNBUCKETED:
             current, old, _needed = exchange.routes(rows, plan.buckets, keys)
             rows = rows.filter(pa.array(_mine(current, group, plan.tasks) | _mine(old, group, plan.tasks)))

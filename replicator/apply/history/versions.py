@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from replicator import ddl
 from replicator.fold.arrow import IMAGE_TYPE, PATCH_META
 from replicator.logging import get_logger
-from replicator.model import CDC_COLUMNS, CDC_EVENT_TIME, CDC_OP, CDC_SEQ, DML_OPS, keep
+from replicator.model import CDC_COLUMNS, CDC_EVENT_TIME, CDC_OP, CDC_SEQ, DML_OPS, keep, key_changes
 from replicator.sinks.base import MirrorWriter
 
 log = get_logger("replicator.apply.history")
@@ -142,13 +142,7 @@ def event_rows(events: pa.Table, key: Sequence[str]) -> pa.Table:
             "coordinates": events["coordinates"].combine_chunks(),
         }
     )
-    changed = pc.equal(op, "update")
-    differs = pa.array([False] * len(op), pa.bool_())
-    for k in key:
-        old, new = pc.map_lookup(before, k, "first"), pc.map_lookup(after, k, "first")
-        changed = pc.and_(changed, pc.is_valid(old))
-        differs = pc.or_(differs, pc.fill_null(pc.not_equal(old, new), False))
-    changed = pc.fill_null(pc.and_(changed, differs), False)
+    _old, _new, changed = key_changes(op, before, after, key)  # the fold's rule
     if not pc.any(changed).as_py():
         return base
     old_rows = base.filter(changed)
