@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -225,12 +226,22 @@ class TableApplier:
         stored = tombs.read_keys(key[0], first, [*key, CDC_SEQ])
         if stored.num_rows == 0:
             return batch
-        stored = stored.rename_columns([*key, "_tomb_seq"])
-        joined = batch.join(stored, key, join_type="left outer")
+        # Joined on the key columns and a row number only, and the batch filtered only when a row goes: a
+        # join of the whole typed batch, then a filter of the joined copy, cost ~80 ms per 300k rows (5M
+        # catch-up) to drop a handful of rows.
+        rows = pa.table([*(batch[k] for k in key), pa.array(np.arange(batch.num_rows))], names=[*key, "_row"])
+        hits = rows.join(stored.rename_columns([*key, "_tomb_seq"]), key, join_type="inner")
+        if hits.num_rows == 0:
+            return batch
+        tomb = hits["_tomb_seq"]
         # Kleene OR: a key without a tombstone compares to NULL; plain OR would make the row NULL (dropped).
-        tomb = joined["_tomb_seq"]
-        newer = pc.or_kleene(pc.is_null(tomb), pc.greater(joined[CDC_SEQ], tomb))
-        return joined.filter(newer).drop_columns(["_tomb_seq"]).select(batch.schema.names)
+        newer = pc.or_kleene(pc.is_null(tomb), pc.greater(batch[CDC_SEQ].take(hits["_row"]), tomb))
+        gone = hits["_row"].filter(pc.invert(pc.fill_null(newer, False)))
+        if len(gone) == 0:
+            return batch
+        drop = np.zeros(batch.num_rows, bool)
+        drop[np.asarray(gone.combine_chunks())] = True
+        return batch.filter(pa.array(~drop))
 
     def update_tombstones(self, batch: pa.Table) -> None:
         key = self._key()
