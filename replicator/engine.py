@@ -48,7 +48,7 @@ from replicator.apply import (
 )
 from replicator.config import JobConfig
 from replicator.decode import DecodedBatch, DecodePlan
-from replicator.dialects.base import DecodeOptions
+from replicator.dialects.base import DecodeOptions, may_patch
 from replicator.errors import RecordFailed
 from replicator.fold import FoldPlan, fold_batch
 from replicator.fold.arrow import Barrier, no_changes, seq_system
@@ -62,6 +62,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = get_logger("replicator.engine")
+
+# A table's DML events in a batch from which the fold tasks type its net changes (Engine._typing): fewer
+# are typed on the driver, where reading the mirror's schema first would cost more than the typing.
+TYPED_ON_EXECUTORS = 10_000
 
 
 class Phases:
@@ -236,6 +240,9 @@ class Engine:
                 buckets=batch.plan.buckets,
                 events=sum(g["n"] for g in groups if g["ok"] and g["op"] in DML_OPS),
                 spill=self._spill,
+                typing=self._typing(batch, groups, selected, by_table, links, registry),
+                timezone=self.options.timezone,
+                zero_dates=self.options.zero_dates,
             )
             folded = fold_batch(batch.frame.sparkSession, batch.index, plan)
             phases.lap("fold")
@@ -341,6 +348,30 @@ class Engine:
             return [r for unit in units for r in run_unit(unit)]
         with ThreadPoolExecutor(max_workers=min(8, len(units))) as pool:
             return [r for results in pool.map(run_unit, units) for r in results]
+
+    def _typing(self, batch, groups, selected, by_table, links, registry):  # type: ignore[no-untyped-def]
+        """The tables whose net changes the fold tasks type (FoldPlan.typing), with their mirror's schema:
+        those with a mirror, at least TYPED_ON_EXECUTORS DML events in the batch, no barrier in it (their
+        schema stays as read here until their rows are applied) and no document patches. Typing on the
+        driver cost ~1 µs per net change on the 5M catch-up (3.3 s), one core while the executors wait."""
+        if may_patch(batch.plan.dialect):
+            return ()
+        events: dict[TableId, int] = {}
+        for g in groups:
+            if g["ok"] and g["op"] in DML_OPS:
+                table = (g["database"], g["schema"], g["table"])
+                events[table] = events.get(table, 0) + g["n"]
+        renamed = {t for link in links for t in link[:2]}
+        typing = []
+        for table in sorted(selected, key=table_order):
+            known = registry.get(table)
+            planned = events.get(table, 0) >= TYPED_ON_EXECUTORS and table not in by_table
+            if not planned or table in renamed or known is None:
+                continue
+            mirror = self.writer(known.mirror, self.config.target.mirror_properties())
+            if mirror.exists():
+                typing.append((table, mirror.schema()))
+        return tuple(typing)
 
     def _table_batch(self, table, rows, by_table, types, keys, registry) -> TableBatch:  # type: ignore[no-untyped-def]
         state = registry.get(table) or TableState(

@@ -17,6 +17,12 @@ from functools import lru_cache
 import pyarrow as pa
 import pyarrow.compute as pc
 
+# Folded rows typed by the fold tasks (type_images): the mirror's columns as one struct, and per row the
+# message of a value that does not fit (NULL: the row is whole).
+TYPED = "typed"
+TYPE_ERROR = "type_error"
+REST = "rest"  # the entries of columns the mirror did not have (replicator.fold.typed)
+
 # Unsigned integers widen to the next signed type (Delta has no unsigned types).
 _INTS = {
     "tinyint": (pa.int8(), pa.int16()),
@@ -363,3 +369,27 @@ def parse_values(
     items = values.to_pylist() if bad else []
     errors.extend(ValueError_(i, f"value {items[i]!r} does not fit {target}") for i in bad)
     return typed, errors
+
+
+def type_images(
+    images: pa.MapArray | pa.ChunkedArray,
+    fields: list[pa.Field],
+    *,
+    timezone: str = "UTC",
+    zero_dates: str = "null",
+) -> tuple[list[pa.Array], dict[int, str]]:
+    """Row images (``MAP<STRING, STRING>`` of canonical text) -> one array per field, typed as the field,
+    and the rows with a value that does not fit (row index -> the first such column's message).
+
+    The applier runs it on the driver; the fold tasks run it on the executors for the tables the driver
+    gives them a schema for (replicator.fold, ``FoldPlan.typing``)."""
+    from replicator.model import map_values
+
+    columns: list[pa.Array] = []
+    bad: dict[int, str] = {}
+    for f, strings in zip(fields, map_values(images, [f.name for f in fields]), strict=True):
+        typed, errors = parse_values(strings, f.type, timezone=timezone, zero_dates=zero_dates)
+        for err in errors:
+            bad.setdefault(err.row, f"column {f.name!r}: {err.message}")
+        columns.append(typed.cast(f.type) if typed.type != f.type else typed)
+    return columns, bad

@@ -21,6 +21,7 @@ from replicator import exchange
 from replicator.decode import FOLD_COLUMNS
 from replicator.dialects.base import decode
 from replicator.fold import FoldPlan, fold_batch, fold_tasks
+from replicator.fold import typed as fold_typed
 from replicator.fold.arrow import fold
 from replicator.model import map_values
 from tests.dialects.golden import raw_records
@@ -56,6 +57,7 @@ def net(table) -> list[tuple]:  # type: ignore[no-untyped-def]
     buckets=st.integers(1, 3),
     fold_tasks=st.integers(1, 3),
     spill=st.booleans(),
+    typed=st.booleans(),
     small=st.booleans(),
     unkeyed=st.integers(0, 3),
     seed=st.integers(0, 2**16),
@@ -64,10 +66,10 @@ def net(table) -> list[tuple]:  # type: ignore[no-untyped-def]
 @example(
     ops=[("INSERT", 1, 1, 0), ("UPDATE", 1, 2, 1), ("INSERT", 3, 3, 0), ("UPDATE", 3, 4, 1),
          ("UPDATE", 5, 0, 1)],
-    tasks=1, buckets=2, fold_tasks=2, spill=False, small=False, unkeyed=0, seed=0,
+    tasks=1, buckets=2, fold_tasks=2, spill=False, small=False, unkeyed=0, seed=0, typed=True,
 )  # fmt: skip
 def test_the_spark_fold_keeps_what_one_fold_keeps(
-    spark, ops, tasks, buckets, fold_tasks, spill, small, unkeyed, seed
+    spark, ops, tasks, buckets, fold_tasks, spill, small, unkeyed, seed, typed
 ):
     sent = messages(ops)
     random.Random(seed).shuffle(sent)  # delivery order is not the order of the changes: seq decides
@@ -97,9 +99,31 @@ def test_the_spark_fold_keeps_what_one_fold_keeps(
             spill=folder if spill else None,
             small_batch=events.num_rows if small else 0,
             tasks=min(fold_tasks, buckets),  # (engine tests: as fold_tasks chooses)
+            typing=((TABLE, MIRROR),) if typed else (),
         )
         got = fold_batch(spark, pa.concat_tables(indexes), plan)
-    assert net(got[TABLE]) == net(expected[TABLE])
+    if typed:  # the tasks typed the net changes as one typing of the whole fold's would
+        assert typed_net(got[TABLE]) == typed_net(fold_typed(expected[TABLE], MIRROR, plan))
+    else:
+        assert net(got[TABLE]) == net(expected[TABLE])
+
+
+# A mirror of the orders table without `name`: its values stay text, in REST.
+MIRROR = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        ("amount", pa.decimal128(10, 2)),
+        ("ts", pa.timestamp("us")),
+        ("_cdc_seq", pa.string()),
+    ]
+)
+
+
+def typed_net(table) -> list[tuple]:  # type: ignore[no-untyped-def]
+    assert "image" not in table.column_names
+    rows = table.select(["key", "op", "seq", "typed", "type_error", "rest"]).to_pylist()
+    fields = ("op", "type_error", "rest")
+    return sorted((tuple(r["key"]), tuple(r["seq"]), repr(r["typed"]), *(r[f] for f in fields)) for r in rows)
 
 
 def test_fold_tasks_follow_the_batch_and_its_tables() -> None:

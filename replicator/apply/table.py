@@ -26,12 +26,11 @@ from replicator.model import (
     CDC_POSITION,
     CDC_SEQ,
     TableId,
-    map_values,
     table_label,
 )
 from replicator.sinks.base import MergeResult, MirrorWriter, Txn, quote
 from replicator.state import State, TableState
-from replicator.types import column_type, parse_values
+from replicator.types import REST, TYPE_ERROR, TYPED, column_type, type_images
 
 log = get_logger("replicator.apply")
 
@@ -89,6 +88,12 @@ class TableResult:
 
 
 BarrierHandler = Callable[["TableApplier", dict[str, Any]], None]
+
+
+def images(rows: pa.Table) -> pa.ChunkedArray:
+    """Folded rows' text images: the whole images, or for rows the fold tasks typed the entries of the
+    columns their mirror did not have (replicator.fold.typed)."""
+    return rows["image"] if "image" in rows.column_names else rows[REST]
 
 
 def _is_string(t: pa.DataType) -> bool:
@@ -161,7 +166,7 @@ class TableApplier:
             return
         if self.policy == "ignore" or not self.add_columns:
             if part is not None and part.num_rows:
-                keys = part["image"].combine_chunks().keys
+                keys = images(part).combine_chunks().keys
                 unknown = pa.array([f.name for f in missing], pa.string())
                 self.result.ignored_values += int(pc.sum(pc.is_in(keys, value_set=unknown)).as_py() or 0)
             return
@@ -178,19 +183,44 @@ class TableApplier:
 
     # ---- typing -------------------------------------------------------------------------------------------
     def typed(self, rows: pa.Table) -> tuple[pa.Table, list[DeadRow]]:
-        """Folded rows -> a table in the mirror's schema; rows with a value that does not fit are dead."""
+        """Folded rows -> a table in the mirror's schema; rows with a value that does not fit are dead.
+
+        Rows the fold tasks typed already (``TYPED``: the mirror's columns as a struct, ``TYPE_ERROR``) are
+        taken as they are, after checking those columns are still the mirror's; columns added since (the
+        images' entries in ``REST``, schema evolution without a DDL) are typed here."""
         schema = self.mirror.schema()
-        image = (
-            rows["image"].combine_chunks() if rows.num_rows else pa.array([], rows.schema.field("image").type)
-        )
-        columns: dict[str, pa.Array] = {}
-        bad: dict[int, str] = {}
         fields = [f for f in schema if f.name not in CDC_COLUMNS]
-        for f, strings in zip(fields, map_values(image, [f.name for f in fields]), strict=True):
-            typed, errors = parse_values(strings, f.type, timezone=self.timezone, zero_dates=self.zero_dates)
-            for err in errors:
-                bad.setdefault(err.row, f"column {f.name!r}: {err.message}")
-            columns[f.name] = typed.cast(f.type) if typed.type != f.type else typed
+        columns: dict[str, pa.Array] = {}
+        if TYPED in rows.column_names:
+            given = {f.name: i for i, f in enumerate(rows.schema.field(TYPED).type)}
+            now = {f.name: f for f in fields}
+            changed = [f.name for f in rows.schema.field(TYPED).type if now.get(f.name) != f]
+            if changed:  # only columns can be added between the two (without a DDL, from REST)
+                raise RuntimeError(
+                    f"{table_label(self.work.table)}: columns {changed} of the mirror changed between the "
+                    "fold, which typed the rows against the schema read when the batch was planned, and the "
+                    "apply"
+                )
+            struct = rows[TYPED].combine_chunks()
+            added = [f for f in fields if f.name not in given]
+            typed, bad = type_images(
+                rows[REST].combine_chunks(), added, timezone=self.timezone, zero_dates=self.zero_dates
+            )
+            columns.update(zip((f.name for f in added), typed, strict=True))
+            columns.update((name, struct.field(i)) for name, i in given.items())
+            errors = rows[TYPE_ERROR]
+            whole = errors.null_count == len(errors)
+            at = [] if whole else pc.indices_nonzero(pc.is_valid(errors)).to_pylist()
+            for i in at:  # the mirror's own columns come first in its schema: their message is the row's
+                bad[i] = errors[i].as_py()
+        else:
+            image = (
+                rows["image"].combine_chunks()
+                if rows.num_rows
+                else pa.array([], rows.schema.field("image").type)
+            )
+            typed, bad = type_images(image, fields, timezone=self.timezone, zero_dates=self.zero_dates)
+            columns.update(zip((f.name for f in fields), typed, strict=True))
         columns[CDC_OP] = rows["op"].combine_chunks()
         columns[CDC_SEQ] = rows["seq_text"].combine_chunks()
         columns[CDC_EVENT_TIME] = rows["event_time"].combine_chunks().cast(pa.timestamp("us", tz="UTC"))
@@ -368,7 +398,9 @@ class TableApplier:
                 return None
         part, dead = self.resolve_patches(part)
         self.result.dead.extend(dead)
-        keys = pc.unique(part["image"].combine_chunks().keys).to_pylist() if part.num_rows else []
+        keys = pc.unique(images(part).combine_chunks().keys).to_pylist() if part.num_rows else []
+        if TYPED in part.column_names:  # typed by the fold tasks; the images' other columns are in REST
+            keys = [f.name for f in part.schema.field(TYPED).type] + keys
         self.ensure_table(keys, part)
         typed, dead = self.typed(part)
         self.result.dead.extend(dead)

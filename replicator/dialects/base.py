@@ -64,6 +64,9 @@ class Dialect:
     any_keys: ClassVar[frozenset[str]] = frozenset()
     forbidden_keys: ClassVar[frozenset[str]] = frozenset()
     ambiguous_with: ClassVar[frozenset[str]] = frozenset()
+    # Its updates may be patches of a stored document (meta ``mongo_update``), resolved by the applier
+    # against the whole document, not typed from the row image alone (replicator.apply.documents).
+    patches: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -121,6 +124,12 @@ def dialect_names() -> list[str]:
     import replicator.dialects  # noqa: F401  (registers the built-in dialects)
 
     return sorted(_REGISTRY)
+
+
+def may_patch(name: str) -> bool:
+    """Can a source of this dialect (``auto``: of any) carry document patches (:attr:`Dialect.patches`)?"""
+    dialect_names()
+    return any(cls.patches for cls in _REGISTRY.values()) if name == "auto" else _REGISTRY[name].patches
 
 
 def get_dialect(name: str, options: DecodeOptions | None = None) -> Dialect:

@@ -187,6 +187,7 @@ def document_id(doc: Any) -> str | None:
 
 class DrsMongo(Dialect):
     name = "drs-mongo"
+    patches = True  # UPDATE:update rows ($set/$unset) patch the stored document (seed 003)
     required_keys: ClassVar[frozenset[str]] = frozenset({"op", "db", "coll", "recordType"})
     # (op, recordType) -> (contract op, how the row is built); seed 003's table of recordType values.
     record_ops: ClassVar[dict[str, str]] = {

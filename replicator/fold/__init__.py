@@ -51,6 +51,11 @@ class FoldPlan:
     spill: str | None = None
     small_batch: int = SMALL_BATCH  # up to this many events, one task
     tasks: int = 0  # fold tasks of a bucketed batch (0: fold_tasks chooses)
+    # Tables whose net changes the fold tasks type (replicator.types.type_images) against their mirror's
+    # schema as the driver read it, so that typed columns, not text maps, reach the driver.
+    typing: tuple[tuple[TableId, pa.Schema], ...] = ()
+    timezone: str = "UTC"
+    zero_dates: str = "null"
 
 
 def _events(events: pa.Table, plan: FoldPlan) -> pa.Table | None:
@@ -111,6 +116,7 @@ def fold_buckets(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
     from replicator.model import table_label
 
     keys = {t: list(k) for t, k in plan.keys}
+    typing = dict(plan.typing)
     for _kind, group, listing in payload.items(batches):
         events = _group_events(plan, group, listing)
         if events is None:
@@ -124,14 +130,57 @@ def fold_buckets(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
                 if not mine.all():
                     folded = folded.filter(pa.array(mine))
                     n = folded.num_rows
+            kind = "folded"
+            if table in typing:
+                folded, kind = typed(folded, typing[table], plan), "typed"
             identity = [pa.repeat(pa.scalar(part, pa.string()), n) for part in table]
             net = pa.table([*identity, *folded.columns], names=[*TABLE_COLUMNS, *folded.column_names])
             if plan.spill is None:
-                yield from payload.rows([("folded", 0, net)])
+                yield from payload.rows([(kind, 0, net)])
             else:
-                yield from payload.to_files(plan.spill, [("folded", 0, net)])
+                yield from payload.to_files(plan.spill, [(kind, 0, net)])
         del events
     payload.release_memory()  # the worker is reused for the batch's next task
+
+
+def typed(folded: pa.Table, schema: pa.Schema, plan: FoldPlan) -> pa.Table:
+    """A table's net changes with their images typed against its mirror's ``schema``: the image column
+    becomes ``TYPED`` (a struct of the mirror's columns), ``TYPE_ERROR`` (a value that does not fit) and
+    ``REST`` (the entries of columns the mirror does not have, empty maps as a rule: the applier adds or
+    ignores those columns as schema evolution says, and types them on the driver)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from replicator.model import CDC_COLUMNS
+    from replicator.types import REST, TYPE_ERROR, TYPED, type_images
+
+    fields = [f for f in schema if f.name not in CDC_COLUMNS]
+    images = folded["image"].combine_chunks()
+    columns, bad = type_images(images, fields, timezone=plan.timezone, zero_dates=plan.zero_dates)
+    errors = [None] * folded.num_rows
+    for row, message in bad.items():
+        errors[row] = message
+    known = pa.array([f.name for f in fields], pa.string())
+    as_lists = images.cast(pa.list_(pa.struct([images.type.key_field, images.type.item_field])))
+    entries = pc.list_flatten(as_lists)  # NULL maps hold no entries
+    unknown = np.asarray(pc.invert(pc.is_in(entries.field("key"), value_set=known)))
+    counts = np.zeros(len(images), np.int64)
+    if unknown.any():
+        parents = np.asarray(pc.list_parent_indices(as_lists))
+        counts = np.bincount(parents[unknown], minlength=len(images))
+        entries = entries.filter(pa.array(unknown))
+    else:
+        entries = entries.slice(0, 0)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
+    rest = pa.MapArray.from_arrays(offsets, entries.field("key"), entries.field("value"))
+    at = folded.column_names.index("image")
+    return (
+        folded.remove_column(at)
+        .append_column(TYPED, pa.StructArray.from_arrays(columns, fields=fields))
+        .append_column(TYPE_ERROR, pa.array(errors, pa.string()))
+        .append_column(REST, rest.cast(folded.schema.field("image").type))
+    )
 
 
 def fold_tasks(plan: FoldPlan) -> int:
@@ -175,9 +224,19 @@ def fold_batch(spark: SparkSession, index: pa.Table, plan: FoldPlan) -> dict[Tab
                 rows.append(("listing", group, payload.to_ipc(listing)))
     frame = local_frame(spark, rows, payload.payload_schema())  # a task per listing
     folded = frame.mapInArrow(partial(fold_buckets, plan), payload.SCHEMA_DDL)
-    parts = list(payload.tables(folded.toArrow().to_batches()))  # net changes, or their files' names
-    if not parts:
-        return {}
-    return {
-        table: rows.drop_columns(list(TABLE_COLUMNS)) for table, rows in split_by_table(payload.concat(parts))
-    }
+    parts: dict[str, list[pa.Table]] = {"folded": [], "typed": []}
+    for kind, _bucket, table in payload.items(folded.toArrow().to_batches()):  # or from their files
+        parts[kind].append(table)
+    out: dict[TableId, pa.Table] = {}
+    # Typed rows have their table's own columns: concatenated per table (a task's part is one table's).
+    typed: dict[TableId, list[pa.Table]] = {}
+    for part in parts["typed"]:
+        if part.num_rows:
+            database, schema, name = (part[c][0].as_py() for c in TABLE_COLUMNS)
+            typed.setdefault((database, schema, name), []).append(part)
+    for table, tables in typed.items():
+        out[table] = pa.concat_tables(tables).drop_columns(list(TABLE_COLUMNS))
+    if parts["folded"]:
+        for table, rows in split_by_table(payload.concat(parts["folded"])):
+            out[table] = rows.drop_columns(list(TABLE_COLUMNS))
+    return out

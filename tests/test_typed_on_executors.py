@@ -1,0 +1,82 @@
+"""The fold tasks type a table's net changes against its mirror's schema when the driver plans it
+(``Engine._typing``, ``replicator.fold.typed``): the same mirrors, dead letters and counts as the
+driver's typing, with values that do not fit, zero dates, deletes, and columns that arrive without a DDL
+under ``lenient`` (added) and ``ignore`` (counted)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from replicator import engine
+from tests.helpers import Runner, canal, job, order
+
+T = {"id": "int(11)", "name": "varchar(64)", "amount": "decimal(10,2)", "ts": "datetime(3)"}
+NOTE = {**T, "note": "varchar(10)"}
+TABLES = ("orders", "ig_orders")
+
+
+def stream() -> list[list[dict[str, Any]]]:
+    es = itertools.count(1_700_000_000_000, 10)
+    one, two = [], []
+    for table in TABLES:
+        one.append(canal("INSERT", [order(i) for i in range(1, 7)], es=next(es), table=table, types=T))
+        two += [
+            canal("UPDATE", [order(1, "b", "2.50")], es=next(es), table=table, types=T, old=[{"name": "x"}]),
+            canal("DELETE", [order(2)], es=next(es), table=table, types=T),
+            # does not fit decimal(10,2): a dead letter naming the column
+            canal("INSERT", [order(7, amount="n/a")], es=next(es), table=table, types=T),
+            canal("UPDATE", [order(3, ts="0000-00-00 00:00:00")], es=next(es), table=table, types=T),
+            # a column without a DDL: added (lenient), or its values counted and dropped (ignore)
+            canal("INSERT", [{**order(8), "note": "n8"}], es=next(es), table=table, types=NOTE),
+            canal("UPDATE", [{**order(4, "c"), "note": "n4"}], es=next(es), table=table, types=NOTE),
+            canal("INSERT", [order(9, amount="12.345")], es=next(es), table=table, types=T),  # too precise
+        ]
+    return [one, two]
+
+
+def run(spark, tmp_path, monkeypatch, threshold: int) -> dict[str, Any]:
+    monkeypatch.setattr(engine, "TYPED_ON_EXECUTORS", threshold)
+    config = job(tmp_path, schema_evolution={"default": "lenient", "tables": {"shop.ig_*": "ignore"}})
+    runner = Runner(spark, config)
+    summaries = [runner.messages(tmp_path, messages) for messages in stream()]
+    dead = sorted((d["table"], d["error"]) for d in runner.dead_letters())
+    return {
+        "mirrors": {t: runner.mirror("shop", t) for t in TABLES},
+        "dead": dead,
+        "tables": summaries[-1].tables,
+        "applied": [s.applied for s in summaries],
+    }
+
+
+def test_the_fold_tasks_type_as_the_driver_does(spark, tmp_path, monkeypatch):
+    on_driver = run(spark, tmp_path / "driver", monkeypatch, 10**9)
+    on_executors = run(spark, tmp_path / "executors", monkeypatch, 1)
+    assert on_executors == on_driver
+    # what both say: the premise of the comparison
+    orders = {r["id"]: r for r in on_driver["mirrors"]["orders"]}
+    assert sorted(orders) == [1, 3, 4, 5, 6, 8]
+    assert (orders[4]["note"], orders[8]["note"], orders[3]["ts"]) == ("n4", "n8", None)
+    assert "note" not in on_driver["mirrors"]["ig_orders"][0]
+    assert on_driver["tables"]["shop.ig_orders"]["ignored_values"] == 2
+    assert [table for table, _error in on_driver["dead"]] == ["ig_orders"] * 2 + ["orders"] * 2
+    assert all("amount" in error for _table, error in on_driver["dead"])
+
+
+@pytest.mark.parametrize("events", [9, 10])
+def test_the_driver_plans_typing_from_the_threshold(spark, tmp_path, monkeypatch, events):
+    """Tables under the threshold are typed on the driver: the plan names only tables at or over it."""
+    monkeypatch.setattr(engine, "TYPED_ON_EXECUTORS", 10)
+    runner = Runner(spark, job(tmp_path))
+    es = itertools.count(1_700_000_000_000, 10)
+    runner.messages(tmp_path, [canal("INSERT", [order(1)], es=next(es))])
+    frame_events = [canal("UPDATE", [order(1, f"v{i}")], es=next(es)) for i in range(events)]
+    planned: list[Any] = []
+    real = runner.engine._typing
+    monkeypatch.setattr(runner.engine, "_typing", lambda *a: planned.append(real(*a)) or planned[-1])
+    runner.messages(tmp_path, frame_events)
+    expected = [("shop", None, "orders")] if events >= 10 else []
+    assert [[t for t, _schema in p] for p in planned] == [expected]
+    assert runner.mirror()[0]["name"] == f"v{events - 1}"
