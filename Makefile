@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@# Bytecode written now: a driver and every Python worker otherwise compile the package on each start
+	@# where PYTHONDONTWRITEBYTECODE is set (container images often set it); ~0.2 s per process.
+	$(BIN)/python -m compileall -q replicator jobs
 	@# Spark's driver JVM starts ~4 s sooner from a class archive (docs/operations.md); ~35 s, once.
 	$(BIN)/replicator jvm-archive || echo "replicator: no JVM class archive; Spark starts without it"
 	touch $(STAMP)
@@ -43,6 +46,7 @@ soak: install ## long randomized runs: many hypothesis examples through the real
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 
 bench: install ## the benchmarks of docs/performance.md (about 55 minutes); results in bench-out/*/result.json
+	$(BIN)/python -m compileall -q replicator jobs  # as installed: the bytecode of the current sources
 	$(BIN)/python benchmarks/throughput.py
 	$(BIN)/python benchmarks/throughput.py --events 5000000 --keys 500000 --per-file 50000 --files-per-trigger 10 --workdir bench-out/throughput-5m
 	$(BIN)/python benchmarks/cluster_cpu.py
