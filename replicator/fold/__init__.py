@@ -158,7 +158,7 @@ def typed(folded: pa.Table, schema: pa.Schema, plan: FoldPlan) -> pa.Table:
     fields = [f for f in schema if f.name not in CDC_COLUMNS]
     images = folded["image"].combine_chunks()
     columns, bad = type_images(images, fields, timezone=plan.timezone, zero_dates=plan.zero_dates)
-    errors = [None] * folded.num_rows
+    errors: list[str | None] = [None] * folded.num_rows
     for row, message in bad.items():
         errors[row] = message
     known = pa.array([f.name for f in fields], pa.string())
