@@ -95,6 +95,33 @@ def keep(table: Any, mask: Any) -> Any:
     return table.filter(mask)
 
 
+def map_entries(maps: Any) -> tuple[Any, Any]:
+    """A ``MAP<STRING, STRING>`` array's entries (a struct array of key and value; NULL maps hold none)
+    and each entry's row (NumPy), whatever the array's chunks or slice."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(maps, pa.ChunkedArray):
+        maps = maps.combine_chunks()
+    as_lists = maps.cast(pa.list_(pa.struct([maps.type.key_field, maps.type.item_field])))
+    return pc.list_flatten(as_lists), np.asarray(pc.list_parent_indices(as_lists))
+
+
+def map_without(maps: Any, names: Any) -> Any:
+    """The maps without the entries whose key is one of ``names`` (an empty map where none is left)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    entries, parents = map_entries(maps)
+    kept = np.asarray(pc.invert(pc.is_in(entries.field("key"), value_set=pa.array(names, pa.string()))))
+    counts = np.bincount(parents[kept], minlength=len(maps))
+    offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
+    entries = entries.filter(pa.array(kept))
+    return pa.MapArray.from_arrays(offsets, entries.field("key"), entries.field("value")).cast(maps.type)
+
+
 def map_values(maps: Any, names: Any) -> list[Any]:
     """Each name's value in every row of a ``MAP<STRING, STRING>`` array, as ``pc.map_lookup(maps, name,
     "first")`` gives it (NULL where the map is NULL or lacks the key; a repeated key's first entry), from
@@ -105,12 +132,8 @@ def map_values(maps: Any, names: Any) -> list[Any]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if isinstance(maps, pa.ChunkedArray):
-        maps = maps.combine_chunks()
     n = len(maps)
-    as_lists = maps.cast(pa.list_(pa.struct([maps.type.key_field, maps.type.item_field])))
-    entries = pc.list_flatten(as_lists)  # NULL maps hold no entries
-    parents = np.asarray(pc.list_parent_indices(as_lists))
+    entries, parents = map_entries(maps)
     keys, values = entries.field("key"), entries.field("value")
     every_row = np.arange(n)
     out = []

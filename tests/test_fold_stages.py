@@ -23,7 +23,7 @@ from replicator.dialects.base import decode
 from replicator.fold import FoldPlan, fold_batch, fold_tasks
 from replicator.fold import typed as fold_typed
 from replicator.fold.arrow import fold
-from replicator.model import map_values
+from replicator.model import map_values, map_without
 from tests.dialects.golden import raw_records
 from tests.helpers import canal, order
 
@@ -190,3 +190,12 @@ def test_map_values_reads_a_map_as_map_lookup_does(rows, start):
     got = map_values(maps, names)
     for name, values in zip(names, got, strict=True):
         assert values.equals(pc.map_lookup(maps, pa.scalar(name, pa.string()), "first")), name
+
+
+@given(rows=images, start=st.integers(0, 3), names=st.lists(st.sampled_from(["id", "name", "é", "x"])))
+def test_map_without_keeps_the_other_entries_in_order(rows, start, names):
+    """What the fold tasks send beside the typed columns (fold.typed's REST): each row's entries whose key
+    is not a mirror column, in their order; a NULL map or a row with none left is an empty map."""
+    maps = pa.array([None] * start + rows, pa.map_(pa.string(), pa.string())).slice(start)
+    got = map_without(maps, names).to_pylist()
+    assert got == [[(k, v) for k, v in row or [] if k not in names] for row in rows]

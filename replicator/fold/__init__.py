@@ -148,11 +148,9 @@ def typed(folded: pa.Table, schema: pa.Schema, plan: FoldPlan) -> pa.Table:
     becomes ``TYPED`` (a struct of the mirror's columns), ``TYPE_ERROR`` (a value that does not fit) and
     ``REST`` (the entries of columns the mirror does not have, empty maps as a rule: the applier adds or
     ignores those columns as schema evolution says, and types them on the driver)."""
-    import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    from replicator.model import CDC_COLUMNS
+    from replicator.model import CDC_COLUMNS, map_without
     from replicator.types import REST, TYPE_ERROR, TYPED, type_images
 
     fields = [f for f in schema if f.name not in CDC_COLUMNS]
@@ -161,25 +159,12 @@ def typed(folded: pa.Table, schema: pa.Schema, plan: FoldPlan) -> pa.Table:
     errors: list[str | None] = [None] * folded.num_rows
     for row, message in bad.items():
         errors[row] = message
-    known = pa.array([f.name for f in fields], pa.string())
-    as_lists = images.cast(pa.list_(pa.struct([images.type.key_field, images.type.item_field])))
-    entries = pc.list_flatten(as_lists)  # NULL maps hold no entries
-    unknown = np.asarray(pc.invert(pc.is_in(entries.field("key"), value_set=known)))
-    counts = np.zeros(len(images), np.int64)
-    if unknown.any():
-        parents = np.asarray(pc.list_parent_indices(as_lists))
-        counts = np.bincount(parents[unknown], minlength=len(images))
-        entries = entries.filter(pa.array(unknown))
-    else:
-        entries = entries.slice(0, 0)
-    offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
-    rest = pa.MapArray.from_arrays(offsets, entries.field("key"), entries.field("value"))
     at = folded.column_names.index("image")
     return (
         folded.remove_column(at)
         .append_column(TYPED, pa.StructArray.from_arrays(columns, fields=fields))
         .append_column(TYPE_ERROR, pa.array(errors, pa.string()))
-        .append_column(REST, rest.cast(folded.schema.field("image").type))
+        .append_column(REST, map_without(images, [f.name for f in fields]))
     )
 
 
