@@ -290,6 +290,7 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
     from replicator import exchange
     from replicator.dialects.base import gc_paused
 
+    payload.freeze_heap()
     groups: list[pa.Table] = []
     types: list[pa.Table] = []
     barriers: list[pa.Table] = []

@@ -176,6 +176,20 @@ def release_memory() -> None:
         trim(0)
 
 
+def freeze_heap() -> None:
+    """Exempt what is alive when a task starts (the worker's modules, its caches) from the cyclic garbage
+    collector's passes.
+
+    Spark's reused Python worker runs a full ``gc.collect()`` after every task (pyspark/daemon.py), which
+    walks every tracked object of the process: ~30 ms with pyarrow, NumPy and the engine imported.
+    Measured on the 5M catch-up: 6 s of the workers' CPU, ~5% of the run. Frozen objects are still freed
+    by reference counting; only a cycle among them is never collected, and at a task's start those are
+    the worker's own long-lived objects. The task's garbage is younger and still collected."""
+    import gc
+
+    gc.freeze()
+
+
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim`` (None on other C libraries)."""
