@@ -124,9 +124,10 @@ def fold_buckets(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
             continue
         # Events read from another bucket (old-key copies, unbucketed events) may win a key of another
         # task; else only the delete half of a key change can (its old key's bucket folds it too).
-        borrowed = pc.any(listing["secondary"]).as_py() or pc.any(
-            pc.equal(listing["bucket"], exchange.UNBUCKETED)
-        ).as_py()
+        borrowed = (
+            pc.any(listing["secondary"]).as_py()
+            or pc.any(pc.equal(listing["bucket"], exchange.UNBUCKETED)).as_py()
+        )
         for table, folded in fold(events, keys, plan.barriers):
             n = folded.num_rows
             if group != exchange.UNBUCKETED:  # the other half of a key change is its own bucket's
