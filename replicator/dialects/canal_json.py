@@ -142,9 +142,8 @@ class CanalJson(Dialect):
         # canal_plain reads the usual message (off: every message the general way, as
         # tests/dialects/test_canal_plain.py compares)
         self.plain = is_plain(self)
-        # canal_plain.read_records' caches: raw type maps per table, the raw pkNames
+        # canal_plain.read_records' cache: raw type maps per table
         self.raw_types: dict[Any, tuple[Any, Any, Image, Any]] = {}
-        self.raw_pk: tuple[Any, list[str]] = (None, [])
 
     def disambiguate(self, message: dict[str, Any]) -> bool:
         """Canal, never DRS: a parameterised mysqlType (``int(11)``; DRS writes bare names, seed 003), a

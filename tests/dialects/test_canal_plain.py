@@ -91,7 +91,7 @@ row = st.dictionaries(st.sampled_from(["id", "name", "bin", "n"]), value, max_si
 whole = mostly(
     st.integers(-(2**63), 2**63 - 1), 0, 1_700_000_000, 2**63, -(2**63) - 1, "12", "x", None, 1.5, True
 )
-message = st.fixed_dictionaries(
+usual_message = st.fixed_dictionaries(
     {
         "type": mostly(st.sampled_from(["INSERT", "UPDATE", "DELETE", "INIT"]), "insert", "TRUNCATE", 7),
         "database": mostly(st.just("db"), "", None, 5),
@@ -110,10 +110,12 @@ message = st.fixed_dictionaries(
         "old": mostly(st.lists(row, max_size=3), None, [None], [3]),
         "ts": whole,
         "sql": st.sampled_from(["", None, "ALTER TABLE t ADD c int"]),
-        "gtid": st.sampled_from(["uuid:1-5", None]),
-        "_tidb": st.just({"watermarkTs": 1}),
     },
 )
+# Keys the usual message lacks, now and then (each sends a message the general way).
+message = st.tuples(
+    usual_message, mostly(st.just({}), {"gtid": "uuid:1-5"}, {"gtid": None}, {"_tidb": {"watermarkTs": 1}})
+).map(lambda parts: {**parts[0], **parts[1]})
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -155,6 +157,58 @@ EDGES = [
     {"sqlType": {"id": 1.5}},
     {"gtid": None},
 ]
+
+
+def test_a_stream_of_tables_keys_and_type_maps_reads_the_same_both_ways():
+    """The fast reader keeps the last message's table, type maps and key in hand: each change of them
+    between messages is read as the general path reads it."""
+    other_types = {**TYPES, "n": "decimal(9,4)"}
+    stream = [
+        USUAL,
+        {**USUAL, "table": "u"},
+        {**USUAL, "table": "u", "mysqlType": other_types},
+        {**USUAL, "database": "db2", "table": "u"},
+        {**USUAL, "pkNames": ["id", "name"]},
+        {**USUAL, "pkNames": ["id", "name"], "sqlType": {"id": -5}},
+        {**USUAL, "data": [{"id": None}]},  # the general path's error row
+        {**USUAL, "table": "u", "data": [{"id": "2", "bin": "\u00fe"}, {"id": "3"}]},
+        USUAL,
+    ]
+    fast, general, taken = both_ways(raw_records([json.dumps(m) for m in stream]))
+    assert_same(fast, general)
+    assert taken == len(stream) - 1
+    assert fast["table"].to_pylist()[:4] == ["t", "u", "u", "u"]
+    assert fast["database"].to_pylist()[3] == "db2"
+
+
+# Usual messages that differ in what the fast reader keeps from one message to the next.
+stream_message = st.fixed_dictionaries(
+    {
+        "database": st.sampled_from(["db", "db2"]),
+        "table": st.sampled_from(["t", "u"]),
+        "mysqlType": st.sampled_from([TYPES, {**TYPES, "n": "decimal(9,4)"}, {"id": "bigint"}]),
+        "sqlType": st.sampled_from([{"id": -5, "bin": -3}, {"id": -5}]),
+        "pkNames": st.sampled_from([["id"], ["id", "name"], []]),
+        "type": st.sampled_from(["INSERT", "UPDATE", "DELETE"]),
+        "data": st.lists(
+            st.fixed_dictionaries(
+                {"id": st.sampled_from(["1", "2", None]), "name": st.sampled_from(["a", "\u00ff"])},
+                optional={"bin": st.sampled_from(["\u00ff", None])},
+            ),
+            min_size=1,
+            max_size=3,
+        ),
+    }
+).map(lambda change: {**USUAL, **change})
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(stream_message, min_size=2, max_size=8))
+def test_a_stream_of_usual_messages_reads_the_same_both_ways(messages):
+    fast, general, taken = both_ways(raw_records([json.dumps(m) for m in messages]))
+    assert_same(fast, general)
+    usual = [m for m in messages if m["pkNames"] and all(r["id"] is not None for r in m["data"])]
+    assert taken == len(usual)
 
 
 @pytest.mark.parametrize("change", EDGES, ids=[json.dumps(e)[:40] for e in EDGES])
