@@ -92,7 +92,10 @@ def _resolve(kind: str, data: bytes) -> tuple[str, pa.Table]:
     from pyarrow import fs
 
     filesystem, path = fs.FileSystem.from_uri(from_ipc(data)["uri"][0].as_py())
-    with filesystem.open_input_stream(path) as source:
+    # A local file is mapped: its columns are used where they lie, not copied (the folder is removed
+    # once read; the mapping outlives the name).
+    opened = pa.memory_map if isinstance(filesystem, fs.LocalFileSystem) else filesystem.open_input_stream
+    with opened(path) as source:
         return kind[: -len(IN_FILE)], pa.ipc.open_stream(source).read_all()
 
 
