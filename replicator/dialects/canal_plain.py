@@ -136,17 +136,9 @@ def read_records(
                     row = normalize(row, types, facts)  # type: ignore[assignment]
                 if None in map(row.get, pk):
                     raise _General
-                if op == "update":
-                    changed = old[index] if index < len(old) else None
-                    after = row
-                    if changed is not None:
-                        before = {**row, **(normalize(changed, types, facts) if facts else changed)}
-                    else:
-                        before = row
-                elif op == "delete":
-                    after, before = None, row
-                else:
-                    after, before = row, None
+                after, before = _images(
+                    op, row, old[index] if index < len(old) else None, normalize, types, facts
+                )
                 append(
                     (
                         name, database, None, table, op, position, pk, after, before, types, meta,
@@ -278,18 +270,8 @@ def _emit(
             row = normalize(row, types, facts)
         if None in map(row.get, pk):
             return _undo(out, index)
-        if op == "update":
-            changed = old[index] if index < len(old) else None
-            after = row
-            if type(changed) is dict:
-                changed = image(changed)
-                before = {**row, **(normalize(changed, types, facts) if facts else changed)}
-            else:
-                before = row
-        elif op == "delete":
-            after, before = None, row
-        else:
-            after, before = row, None
+        changed = old[index] if index < len(old) else None
+        after, before = _images(op, row, image(changed), normalize, types, facts)
         append(
             (
                 name, database, None, table, op, position, pk, after, before, types, meta, (*head, index),
@@ -297,6 +279,20 @@ def _emit(
             )
         )  # fmt: skip
     return True
+
+
+def _images(
+    op: str, row: Row, changed: Row | None, normalize: Any, types: Row, facts: frozenset[str]
+) -> tuple[Row | None, Row | None]:
+    """A row's (after, before) images: an update's before is the row with ``old``'s values over it (canal
+    writes only the changed columns there); a delete's row is its before image."""
+    if op == "update":
+        if changed is None:
+            return row, row
+        return row, {**row, **(normalize(changed, types, facts) if facts else changed)}
+    if op == "delete":
+        return None, row
+    return row, None
 
 
 def _undo(out: Events, rows: int) -> bool:
