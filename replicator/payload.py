@@ -89,14 +89,22 @@ def _resolve(kind: str, data: bytes) -> tuple[str, pa.Table]:
     if not kind.endswith(IN_FILE):
         return kind, from_ipc(data)
     import pyarrow as pa
+
+    with open_input(from_ipc(data)["uri"][0].as_py()) as source:  # (the folder is removed once read)
+        return kind[: -len(IN_FILE)], pa.ipc.open_stream(source).read_all()
+
+
+def open_input(uri: str) -> pa.NativeFile:
+    """An Arrow file of a batch's folder, for reading: a local one is memory-mapped, so the record batches
+    read from it are used where they lie instead of copied into fresh memory (measured on the 5M
+    catch-up: ~0.9 s of the fold tasks, ~0.5 s of the driver). The mapping outlives the file's name."""
+    import pyarrow as pa
     from pyarrow import fs
 
-    filesystem, path = fs.FileSystem.from_uri(from_ipc(data)["uri"][0].as_py())
-    # A local file is mapped: its columns are used where they lie, not copied (the folder is removed
-    # once read; the mapping outlives the name).
-    opened = pa.memory_map if isinstance(filesystem, fs.LocalFileSystem) else filesystem.open_input_stream
-    with opened(path) as source:
-        return kind[: -len(IN_FILE)], pa.ipc.open_stream(source).read_all()
+    filesystem, path = fs.FileSystem.from_uri(uri)
+    if isinstance(filesystem, fs.LocalFileSystem):
+        return pa.memory_map(path)
+    return filesystem.open_input_file(path)
 
 
 def clear(folder: str) -> None:
