@@ -78,13 +78,16 @@ def read_records(
     """Raw records -> their rows in ``out``: a record holding one usual message is read here, any other
     goes to ``general(raw, at, out)`` (the general path) in its turn.
 
-    One loop for the batch's records, the usual message's rows appended in it: the table, its type maps
-    and ``pkNames`` of the last message are kept in locals and compared as raw bytes. Measured against a
-    call per message into a reader and an emitter (_emit's rules, which :func:`read_message` still
-    follows): 2.4 -> ~1.5 µs per message besides msgspec's parse."""
+    One loop for the batch's records, the usual message's rows appended in it (``Events.usual``, a compact
+    layout: images, op, the table's slot and the message's numbers; seq, position, event_time and meta are
+    derived from those numbers in Arrow, not built per row here). The table, its type maps and ``pkNames``
+    of the last message are kept in locals and compared as raw bytes. Measured against a call per message
+    into a reader and an emitter (_emit's rules, which :func:`read_message` still follows): 2.4 -> ~1.5 µs
+    per message besides msgspec's parse."""
     decode = _DECODER.decode
-    append = out.rows.append
-    rows = out.rows
+    usual = out.usual
+    append = usual.append
+    out.usual_batch = batch_id
     name = dialect.name
     normalize = dialect.normalize
     low, high = INT64.start, INT64.stop - 1
@@ -94,6 +97,7 @@ def read_records(
     database = table = None
     types: Row = {}
     facts: frozenset[str] = frozenset()
+    slot = -1  # the table's slot in ``out`` (-1: to look up, the table or its key changed)
     for raw, source, partition, offset, key in records:
         try:
             m = decode(raw)  # type: ignore[arg-type]
@@ -109,27 +113,28 @@ def read_records(
             else:
                 if m.pkNames != pk_raw:  # raw bytes compared: parsed only when they change
                     pk_raw, pk = _primary_key(dialect, m.pkNames)
+                    slot = -1
                 here = (m.database, m.table, m.mysqlType, m.sqlType)
                 if here != table_raw:
                     found = _table(dialect, here)
                     table_raw = here if found is not None else None
                     if found is not None:
                         database, table, types, facts = found
+                    slot = -1
                 if not pk or table_raw is None:
                     m = None
+                elif slot < 0:
+                    slot = out.slot(name, database, table, pk, types)  # type: ignore[arg-type]
         if m is None:
+            out.general_follows()
             general(raw, At(batch_id, source, partition, offset, 0, raw, key), out)
             continue
         # the rows, as _emit makes them (the tests comparing both ways catch any drift)
-        millis = es * 1000 if -100_000_000_000 < es < 100_000_000_000 else es  # epoch_millis
-        micros = millis * 1000
-        event_time = micros if MIN_MICROS <= micros <= MAX_MICROS else None  # epoch_micros
         ts = m.ts
-        meta = {"ts": None if ts is None or not low <= ts <= high else str(ts)}
-        position = f"es={es} id={id_}"
-        head = (millis, id_, batch_id, partition or 0, offset or 0, 0)
+        if ts is not None and not low <= ts <= high:
+            ts = None
         old = m.old if op == "update" and m.old is not None else ()
-        first = len(rows)
+        first = len(usual)
         try:
             for index, row in enumerate(data):
                 if facts:
@@ -139,14 +144,10 @@ def read_records(
                 after, before = _images(
                     op, row, old[index] if index < len(old) else None, normalize, types, facts
                 )
-                append(
-                    (
-                        name, database, None, table, op, position, pk, after, before, types, meta,
-                        (*head, index), event_time, source, partition, offset, 0, index,
-                    )
-                )  # fmt: skip
+                append((after, before, op, slot, es, id_, ts, source, partition, offset, index))
         except Exception:  # _General (a NULL key) or the unforeseen: the general path says what
-            del rows[first:]
+            del usual[first:]
+            out.general_follows()
             general(raw, At(batch_id, source, partition, offset, 0, raw, key), out)
 
 
