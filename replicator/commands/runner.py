@@ -50,6 +50,8 @@ class MirrorJob:
         from replicator.commands.progress import catch_up, poll
         from replicator.sources import build_stream
 
+        warming = threading.Thread(target=warm_workers, args=(self.spark, self.config), daemon=True)
+        warming.start()  # the Python workers start while the query does
         stream = build_stream(self.spark, self.config)
         writer = (
             stream.writeStream.foreachBatch(self._batch)
@@ -92,3 +94,21 @@ class MirrorJob:
                 self.progress.close()
         log.info("mirror stopped", job=self.config.name)
         return 0
+
+
+def warm_workers(spark: SparkSession, config: JobConfig) -> None:
+    """Start Spark's Python workers with the decode modules loaded (replicator.decode.warm), a task per
+    core. A failure here is left to the first decode task to report."""
+    from functools import partial
+
+    import pyarrow as pa
+
+    from replicator.decode import warm
+    from replicator.spark import local_frame
+
+    tasks = max(1, spark.sparkContext.defaultParallelism)
+    try:
+        frame = local_frame(spark, [(i,) for i in range(tasks)], pa.schema([("task", pa.int32())]))
+        frame.mapInArrow(partial(warm, config.source.dialect), "task INT").collect()
+    except Exception as exc:
+        log.debug("workers not warmed", error=str(exc))
