@@ -346,11 +346,11 @@ def warm(dialect: str, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordB
     run while the driver starts its query (replicator.commands.runner), they cost no wall time."""
     import msgspec  # noqa: F401
     import pyarrow as pa
-    import pyarrow.compute  # noqa: F401
-    import pyarrow.parquet  # noqa: F401
+    import pyarrow.compute
+    import pyarrow.parquet
 
     from replicator import exchange  # noqa: F401
-    from replicator.dialects.base import Decoder, DecodeOptions
+    from replicator.dialects.base import DecodeOptions, Decoder
 
     Decoder(dialect, DecodeOptions())
     pa.array([{"k": "v"}], pa.map_(pa.string(), pa.string()))  # the first conversion imports pandas
