@@ -62,3 +62,30 @@ def test_a_late_truncate_keeps_newer_rows(spark, tmp_path):
     runner.messages(tmp_path, [ddl("TRUNCATE", "TRUNCATE TABLE orders", es=ES + 15)])
     runner.messages(tmp_path, [canal("INSERT", [order(3)], es=ES + 17)])
     assert runner.mirror() == []
+
+
+def test_a_newer_upsert_removes_its_keys_tombstone_and_others_stay(spark, tmp_path):
+    """Only the deletes and the rows of tombstoned keys reach the tombstones' MERGE: a re-inserted key
+    loses its tombstone, an untouched deleted key keeps its own, a row older than its tombstone changes
+    nothing, and a batch without deletes or tombstoned keys leaves the table as it was."""
+    runner = Runner(spark, job(tmp_path))
+    runner.messages(
+        tmp_path,
+        [
+            canal("INSERT", [order(1), order(2), order(3), order(4)], es=ES),
+            canal("DELETE", [order(1), order(2), order(3)], es=ES + 10),
+        ],
+    )
+    assert tombstone_keys(runner) == [1, 2, 3]
+    runner.messages(
+        tmp_path,
+        [
+            canal("INSERT", [order(1, "back")], es=ES + 20),  # newer: the tombstone goes
+            canal("INSERT", [order(3, "stale")], es=ES + 5),  # older than its tombstone: dropped, kept
+            canal("UPDATE", [order(4, "x")], old=[{"name": "y"}], es=ES + 30),  # no tombstone
+        ],
+    )
+    assert tombstone_keys(runner) == [2, 3]
+    assert [(r["id"], r["name"]) for r in runner.mirror()] == [(1, "back"), (4, "x")]
+    runner.messages(tmp_path, [canal("UPDATE", [order(4, "z")], old=[{"name": "x"}], es=ES + 40)])
+    assert tombstone_keys(runner) == [2, 3]

@@ -125,6 +125,8 @@ class TableApplier:
         self.policy = policy  # schema_evolution of this table: lenient / evolve / ignore / fail
         self.result = TableResult(work.table, state=work.state)
         self.table_state = work.state
+        # guard's tombstoned keys (first key column), the rows update_tombstones merges besides deletes
+        self._tombstoned: pa.Array | None = None
 
     @property
     def mirror(self) -> MirrorWriter:
@@ -245,16 +247,20 @@ class TableApplier:
         return list(self.table_state.primary_key)
 
     def guard(self, batch: pa.Table) -> pa.Table:
-        """Drop rows not newer than the table's truncate point or than their key's tombstone."""
+        """Drop rows not newer than the table's truncate point or than their key's tombstone. Notes the
+        first key column of the tombstones found (``_tombstoned``): the rows update_tombstones reads."""
+        self._tombstoned = None
         if self.table_state.truncate_seq:
             batch = batch.filter(pc.greater(batch[CDC_SEQ], pa.scalar(self.table_state.truncate_seq)))
         tombs = self.state.tombstones(self.work.table)
         if batch.num_rows == 0 or not tombs.exists():
+            self._tombstoned = pa.array([], batch.schema.field(self._key()[0]).type)
             return batch
         key = self._key()
         # The first key column as it is: the lookup's set and the join below take repeats (a pc.unique
         # first cost 20-60 ms per 300k rows on the driver).
         stored = tombs.read_keys(key[0], batch[key[0]].combine_chunks(), [*key, CDC_SEQ])
+        self._tombstoned = stored[key[0]].combine_chunks()
         if stored.num_rows == 0:
             return batch
         # Joined on the key columns and a row number only, and the batch filtered only when a row goes: a
@@ -275,12 +281,23 @@ class TableApplier:
         return batch.filter(pa.array(~drop))
 
     def update_tombstones(self, batch: pa.Table) -> None:
+        """Deletes leave (or renew) their key's tombstone; a newer upsert of a tombstoned key removes it.
+        Only those rows are merged: the deletes, and the rows whose key had a tombstone when the batch was
+        guarded (``_tombstoned``; every row when it was not). Merging every net change cost ~0.1 s per
+        300k rows on the 5M catch-up, to touch a few thousand tombstones."""
         key = self._key()
         tombs = self.state.tombstones(self.work.table)
         source = batch.select([*key, CDC_SEQ, CDC_OP, CDC_EVENT_TIME]).rename_columns(
             [*key, CDC_SEQ, CDC_OP, TOMBSTONE_DELETED_AT]
         )
         deletes = pc.equal(source[CDC_OP], "delete")
+        if self._tombstoned is not None:
+            kept = pc.or_(deletes, pc.is_in(source[key[0]], value_set=self._tombstoned))
+            if not pc.all(kept).as_py():
+                source = source.filter(kept)
+                deletes = pc.equal(source[CDC_OP], "delete")
+            if source.num_rows == 0:
+                return
         if not tombs.exists():
             if not pc.any(deletes).as_py():
                 return
