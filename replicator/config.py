@@ -116,6 +116,10 @@ class StateConfig(_Model):
 
 class TriggerConfig(_Model):
     interval: dt.timedelta = dt.timedelta(seconds=10)
+    overlap: bool = Field(
+        default=True,
+        description="apply a batch to the mirrors while Spark decodes the next one (docs/operations.md)",
+    )
 
     @field_validator("interval", mode="before")
     @classmethod

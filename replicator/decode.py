@@ -282,6 +282,46 @@ def _changelog_files_schema() -> pa.Schema:
 CHANGELOG_FILES = _changelog_files_schema()
 
 
+def manifest_rows(source: str, batch: pa.RecordBatch, records: list[pa.Table]) -> pa.Table | None:
+    """The part of a batch's manifest (state.MANIFEST) one input batch of a task holds (None for
+    driver-made records)."""
+    import pyarrow as pa
+
+    from replicator.state import MANIFEST
+
+    if source == "files":
+        n = batch.num_rows
+        return pa.table(
+            [batch.column("path"), batch.column("mtime"), pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64())],
+            schema=MANIFEST,
+        )
+    if source != "kafka" or not records:
+        return None
+    rows = pa.concat_tables(records)
+    ranges = rows.group_by(["source", "partition"], use_threads=False).aggregate(
+        [("offset", "min"), ("offset", "max")]
+    )
+    return pa.table(
+        [ranges["source"], ranges["partition"], ranges["offset_min"], ranges["offset_max"]], schema=MANIFEST
+    )
+
+
+def merge_manifest(parts: list[pa.Table]) -> pa.Table:
+    """The tasks' manifest rows as one: each file once, a Kafka partition's range from the first to the
+    last offset any task read."""
+    import pyarrow as pa
+
+    from replicator.state import MANIFEST
+
+    rows = payload.concat(parts, MANIFEST)
+    if rows.num_rows == 0 or rows["first"].null_count == rows.num_rows:  # files
+        return rows
+    ranges = rows.group_by(["source", "partition"], use_threads=False).aggregate(
+        [("first", "min"), ("last", "max")]
+    )
+    return pa.table([ranges[c] for c in ("source", "partition", "first_min", "last_max")], schema=MANIFEST)
+
+
 def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """One task: its input rows -> payload rows (events per slice, then the task's small results)."""
     import pyarrow as pa
@@ -298,9 +338,13 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
     changelog = ChangelogFiles(plan.changelog, plan.batch_id) if plan.changelog else None
     cached = exchange.EventFile(plan.spill)  # the events for the fold, bucketed, in the batch's folder
     wanted_ops = pa.array([*DML_OPS, *BARRIER_OPS])
+    manifest: list[pa.Table] = []  # what the task read (Engine.recover)
     with gc_paused():
         for batch in batches:
+            read: list[pa.Table] = []
             for records in READERS[plan.source](batch, plan.slice_rows):
+                if plan.source == "kafka":
+                    read.append(records.select(["source", "partition", "offset"]))
                 events = decoded_events(plan, records)
                 if events.num_rows == 0:
                     continue
@@ -327,8 +371,11 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
                     events_for_fold = dml.select(list(FOLD_COLUMNS))
                     for bucket, secondary, rows in exchange.split(events_for_fold, plan.buckets):
                         cached.write(bucket, secondary, rows)
+            part = manifest_rows(plan.source, batch, read)
+            if part is not None:
+                manifest.append(part)
     yield from payload.rows([("events", 0, cached.close())])  # the index of the task's event file
-    small = [("groups", groups), ("types", types), ("barriers", barriers)]
+    small = [("groups", groups), ("types", types), ("barriers", barriers), ("manifest", manifest)]
     yield from payload.rows((kind, 0, payload.concat(parts)) for kind, parts in small if parts)
     if dead:  # with their raw bytes: a batch of bad records is as large as the batch
         items = [("dead", 0, payload.concat(dead))]
@@ -484,6 +531,7 @@ class DecodedBatch:
         dead_schema = decoded_schema()
         self.dead = payload.concat(by_kind["dead"], pa_schema(dead_schema, DEAD_COLUMNS))
         self.changelog_files = payload.concat(by_kind["changelog"], CHANGELOG_FILES)
+        self.manifest = merge_manifest(by_kind["manifest"])
 
     def select(self, tables: Iterable[tuple[str, str | None, str]], columns: list[str]) -> pa.Table:
         """Some columns of the events of some tables (e.g. the coordinates of DML without a key)."""

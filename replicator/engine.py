@@ -15,13 +15,18 @@ Each stage is a module or package of its own name, and imports go one way (tests
 - ``replicator.state``: registry, change log, dead letters and the batch summary are recorded.
 
 This module calls them in that order, with the batch's phases timed. docs/performance.md has the costs.
+A streaming batch may be applied (the last two stages) while Spark decodes the next one
+(:meth:`Engine.submit`, ``trigger.overlap``): its inputs are noted in the state until it is applied, so that
+a crash after Spark committed it does not lose it (:meth:`Engine.recover`).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor, wait
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +86,28 @@ class Phases:
         self._t = t
 
 
+@dataclass
+class BatchWork:
+    """A decoded and folded batch on its way to the mirrors: what :meth:`Engine._finish` applies."""
+
+    batch: DecodedBatch
+    summary: BatchSummary
+    phases: Phases
+    started: float | None  # None: not recorded as a batch (replayed events)
+    folded: dict[TableId, pa.Table] = field(default_factory=dict)
+    registry: dict[TableId, TableState] = field(default_factory=dict)
+    activity: dict[TableId, Any] = field(default_factory=dict)
+    by_table: dict[TableId, list[dict[str, Any]]] = field(default_factory=dict)
+    links: list[tuple[TableId, TableId, str]] = field(default_factory=list)
+    types: dict[TableId, dict[str, str]] = field(default_factory=dict)
+    selected: dict[TableId, list[str]] = field(default_factory=dict)
+    barrier_only: list[TableId] = field(default_factory=list)
+    unkeyed_dml: list[TableId] = field(default_factory=list)
+    excluded_events: int = 0
+    changelog: Future[None] | None = None
+    pending: bool = False  # noted in the state's pending folder until applied
+
+
 class Engine:
     def __init__(self, config: JobConfig) -> None:
         self.config = config
@@ -93,8 +120,13 @@ class Engine:
         )
         self.on_barrier = barrier_handler(config)
         self._background = ThreadPoolExecutor(1, thread_name_prefix="changelog")
+        # The batch applied while the next one is decoded (Engine.submit), one at a time.
+        self._applying = ThreadPoolExecutor(1, thread_name_prefix="apply")
+        self._pending: Future[BatchSummary] | None = None
+        self.on_batch: Callable[[BatchSummary], None] | None = None  # each batch's summary, once applied
         # Where the executors leave a batch's large results for the driver (payload.to_files): a folder of
-        # this engine's own, since a `dead-letters retry` may run beside the mirror job on one state.
+        # this engine's own, since a `dead-letters retry` may run beside the mirror job on one state; a
+        # folder per batch inside it, as one batch is applied while the next is decoded.
         self._spill = str(Path(config.state.path) / "tmp" / f"batch-{uuid.uuid4().hex}")
         _clear_stale(Path(config.state.path) / "tmp")
 
@@ -109,6 +141,23 @@ class Engine:
         started = time.monotonic()
         kind, inputs = batch_inputs(self.config.source.type, frame)
         return self._run(inputs, kind, batch_id, started)
+
+    def submit(self, frame: DataFrame, batch_id: int) -> None:
+        """A streaming micro-batch decoded and folded now, applied in the background while the caller goes
+        on with the next one (whose decoding overlaps it; its planning waits for it). Until applied, the
+        batch's inputs are noted in the state (State.note_pending): a crash after Spark committed the
+        batch leaves them for :meth:`recover`. Summaries go to :attr:`on_batch`; an error is raised by
+        the next :meth:`submit`, :meth:`process` or :meth:`drain`."""
+        started = time.monotonic()
+        kind, inputs = batch_inputs(self.config.source.type, frame)
+        work = self._start(inputs, kind, batch_id, started)
+        try:
+            self.state.note_pending(batch_id, kind, work.batch.manifest)
+        except BaseException:
+            self._abandon(work)
+            raise
+        work.pending = True
+        self._pending = self._applying.submit(self._finish, work)
 
     def process_records(
         self, records: pa.Table, batch_id: int, spark: SparkSession | None = None
@@ -135,11 +184,16 @@ class Engine:
         return self._run(payload.frame(spark, [("events", events)]), "events", batch_id, None)
 
     def _run(self, inputs: DataFrame, kind: str, batch_id: int, started: float | None) -> BatchSummary:
+        return self._finish(self._start(inputs, kind, batch_id, started))
+
+    def _start(self, inputs: DataFrame, kind: str, batch_id: int, started: float | None) -> BatchWork:
+        """Decode, plan and fold a batch (its apply is :meth:`_finish`)."""
         phases = Phases(started)
         source = self.config.source
         write_changelog = (
             self.config.changelog.enabled and kind != "events" and not self.state.done("changelog", batch_id)
         )
+        spill = str(Path(self._spill) / f"{batch_id}-{uuid.uuid4().hex[:8]}")
         plan = DecodePlan(
             source=kind,
             dialect=source.dialect,
@@ -147,26 +201,55 @@ class Engine:
             batch_id=batch_id,
             routes=tuple(self.config.tables.route),
             changelog=str(self.state.root / "changelog") if write_changelog else None,
-            spill=self._spill,
+            spill=spill,
             buckets=_buckets(inputs.sparkSession),
         )
         try:
-            batch = DecodedBatch(inputs, plan)
+            batch = DecodedBatch(inputs, plan)  # the previous batch may still be applied meanwhile
             phases.lap("read+decode")
-            summary = self._process(batch, batch_id, phases)
-        finally:
-            payload.clear(self._spill)
-            payload.release_memory()
-        if started is not None:
-            summary.duration_ms = int((time.monotonic() - started) * 1000)
-            self.state.record_batch(summary)
-            log.info("batch", **dict(summary.__dict__.items()))
-        return summary
+            self.drain()  # its tables, keys and schemas are this batch's starting point
+            phases.lap("wait")
+            return self._plan(batch, batch_id, phases, started)
+        except BaseException:
+            _clear(spill)
+            raise
 
-    def _process(self, batch: DecodedBatch, batch_id: int, phases: Phases) -> BatchSummary:
-        """The batch's small results -> summary, change-log commit, fold (Spark), per-table apply, state."""
+    def _abandon(self, work: BatchWork) -> None:
+        """A planned batch that will not be applied: its change-log commit awaited, its folder removed."""
+        if work.changelog is not None:
+            wait([work.changelog])
+        _clear(work.batch.plan.spill)
+
+    def drain(self) -> None:
+        """Wait for the batch being applied in the background, if any; its error is raised here."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def failure(self) -> BaseException | None:
+        """The error of the batch applied in the background, once it has failed (else None)."""
+        pending = self._pending
+        if pending is None or not pending.done():
+            return None
+        return pending.exception()
+
+    def recover(self, spark: SparkSession) -> list[BatchSummary]:
+        """Apply the batches a previous run left pending (noted, not yet applied: the process died while it
+        applied them after Spark had committed them), each from its own inputs, in batch order."""
+        from replicator.sources import pending_inputs
+
+        summaries = []
+        for batch_id, kind, inputs in self.state.pending():
+            log.info("applying a batch left pending", batch_id=batch_id, inputs=inputs.num_rows)
+            frame = pending_inputs(spark, self.config, kind, inputs)
+            summaries.append(self._run(frame, kind, batch_id, time.monotonic()))
+            self.state.clear_pending(batch_id)
+        return summaries
+
+    def _plan(self, batch: DecodedBatch, batch_id: int, phases: Phases, started: float | None) -> BatchWork:
+        """The batch's small results -> summary, change-log commit, keys and barriers, fold (Spark)."""
         summary = BatchSummary(batch_id)
-        self.phases = phases
+        work = BatchWork(batch, summary, phases, started)
         groups = batch.groups
         summary.records_in = sum(int(g["records"] or 0) for g in groups)
         summary.filtered = sum(g["n"] for g in groups if g["ok"] and g["op"] == "filtered")
@@ -189,8 +272,11 @@ class Engine:
                     tables.setdefault(table, key)
         # Barrier events first: a CREATE declares the key of a table before any of its DML.
         all_barriers = batch.barriers
-        self.activity = table_activity(groups, all_barriers)  # phases: snapshot rows / incremental per table
-        selected, unkeyed, excluded_events, barrier_only = {}, [], 0, []
+        work.activity = table_activity(groups, all_barriers)  # phases: snapshot rows / incremental per table
+        selected: dict[TableId, list[str]] = {}
+        unkeyed: list[TableId] = []
+        excluded_events = 0
+        barrier_only: list[TableId] = []
         for table, key in tables.items():
             name = f"{table[0]}.{table[2]}"
             if not (
@@ -213,13 +299,15 @@ class Engine:
                     barrier_only.append(table)
         summary.filtered += excluded_events
         summary.events = sum(g["n"] for g in groups if g["ok"] and g["op"] != "filtered")
+        work.excluded_events = excluded_events
         phases.lap("barriers")
 
-        changelog = None
         if batch.plan.changelog is not None:
             # The executors wrote the files; one commit with the batch's app transaction adds them, while
             # the batch is folded and applied (either commit may land first across a crash).
-            changelog = self._background.submit(self.state.commit_changelog, batch.changelog_files, batch_id)
+            work.changelog = self._background.submit(
+                self.state.commit_changelog, batch.changelog_files, batch_id
+            )
         try:  # whatever fails below, the change-log commit is waited for before the batch fails
             scope = {*selected, *barrier_only}
             barrier_rows = [r for r in all_barriers if (r["database"], r["schema"], r["table"]) in scope]
@@ -239,35 +327,67 @@ class Engine:
                 barriers=tuple(barriers),
                 buckets=batch.plan.buckets,
                 events=sum(g["n"] for g in groups if g["ok"] and g["op"] in DML_OPS),
-                spill=self._spill,
+                spill=batch.plan.spill,
                 typing=self._typing(batch, groups, selected, by_table, links, registry),
                 timezone=self.options.timezone,
                 zero_dates=self.options.zero_dates,
             )
-            folded = fold_batch(batch.frame.sparkSession, batch.index, plan)
+            work.folded = fold_batch(batch.frame.sparkSession, batch.index, plan)
             phases.lap("fold")
+        except BaseException:
+            if work.changelog is not None:
+                wait([work.changelog])
+            raise
+        work.registry, work.by_table, work.links, work.types = registry, by_table, links, types
+        work.selected, work.barrier_only = selected, barrier_only
+        work.unkeyed_dml = [t for t in unkeyed if t in dml_tables]
+        return work
 
-            dead_rows: list[DeadRow] = []
-            unkeyed_dml = [t for t in unkeyed if t in dml_tables]
-            if unkeyed_dml:
-                dead_rows += _unkeyed(batch.select(unkeyed_dml, [*_TABLE, "coordinates"]))
-            keys = {**{t: [] for t in barrier_only}, **selected}
-            results = self._apply_tables(folded, by_table, links, types, keys, registry, batch_id)
+    def _finish(self, work: BatchWork) -> BatchSummary:
+        """A folded batch -> mirrors (per-table apply), history tables, dead letters, state, the batch's
+        record; its folder is removed and, if it was pending, its note."""
+        batch, summary, phases = work.batch, work.summary, work.phases
+        batch_id = summary.batch_id
+        try:
+            try:  # whatever fails below, the change-log commit is waited for before the batch fails
+                dead_rows: list[DeadRow] = []
+                if work.unkeyed_dml:
+                    dead_rows += _unkeyed(batch.select(work.unkeyed_dml, [*_TABLE, "coordinates"]))
+                keys = {**{t: [] for t in work.barrier_only}, **work.selected}
+                results = self._apply_tables(work, keys)
+            finally:
+                if work.changelog is not None:
+                    wait([work.changelog])
+            phases.lap("apply")
+            if work.changelog is not None:
+                work.changelog.result()  # a failed change-log commit fails the batch (it is retried whole)
+            self._record(work, results, dead_rows)
         finally:
-            if changelog is not None:
-                wait([changelog])
-        phases.lap("apply")
-        if changelog is not None:
-            changelog.result()  # a failed change-log commit fails the batch (it is retried whole)
+            _clear(batch.plan.spill)
+        if work.started is not None:
+            summary.duration_ms = int((time.monotonic() - work.started) * 1000)
+            self.state.record_batch(summary)
+            log.info("batch", **dict(summary.__dict__.items()))
+        if work.pending:
+            self.state.clear_pending(batch_id)
+        if self.on_batch is not None:
+            self.on_batch(summary)
+        return summary
+
+    def _record(self, work: BatchWork, results: list[TableResult], dead_rows: list[DeadRow]) -> None:
+        """History tables, the tables' results in the summary, dead letters, the registry, tombstones."""
+        batch, summary, phases = work.batch, work.summary, work.phases
+        batch_id = summary.batch_id
+        selected, barrier_only = work.selected, work.barrier_only
         history = [t for t in {*selected, *barrier_only} if self.config.tables.history_for(f"{t[0]}.{t[2]}")]
         if history:  # history tables (replicator.apply.history): every event, after the mirrors
             record_history(
                 self.config,
                 self.state,
                 self.writer,
-                _history_events(batch, history, types),
+                _history_events(batch, history, work.types),
                 results,
-                links,
+                work.links,
                 batch_id,
                 timezone=self.options.timezone,
                 zero_dates=self.options.zero_dates,
@@ -293,27 +413,19 @@ class Engine:
             dead = self._engine_dead_letters(batch, dead_rows, batch_id)
             self.state.write_dead_letters(dead, batch_id, ":apply")
             summary.dead_letters += dead.num_rows
-        summary.applied = summary.events - excluded_events - len(dead_rows)
-        self.state.save_tables(advance_all(results, registry, self.activity), batch_id)
+        summary.applied = summary.events - work.excluded_events - len(dead_rows)
+        self.state.save_tables(advance_all(results, work.registry, work.activity), batch_id)
         expire_tombstones(
             self.state, [r.state for r in results if r.state is not None], self.config.tombstones, batch_id
         )
         phases.lap("state")
         summary.phases_ms = phases.ms
         self._fail_on_rows(dead_rows)
-        return summary
 
     # ---- helpers ------------------------------------------------------------------------------------------
-    def _apply_tables(
-        self,
-        folded: dict[TableId, pa.Table],
-        by_table: dict[TableId, list[dict[str, Any]]],
-        links: list[tuple[TableId, TableId, str]],
-        types: dict[TableId, dict[str, str]],
-        keys: dict[TableId, list[str]],
-        registry: dict[TableId, TableState],
-        batch_id: int,
-    ) -> list[TableResult]:
+    def _apply_tables(self, batch: BatchWork, keys: dict[TableId, list[str]]) -> list[TableResult]:
+        folded, by_table, links, types = batch.folded, batch.by_table, batch.links, batch.types
+        registry, activity, batch_id = batch.registry, batch.activity, batch.summary.batch_id
         work: list[TableBatch] = []
         # Tables in name order, not in the order their net changes came back (which follows the fold's
         # buckets): a batch applies its tables the same way every run (logs, crash points, thread units).
@@ -322,12 +434,12 @@ class Engine:
             # frees their images once typed (TableApplier.run).
             rows = folded.pop(table)
             if table in keys:
-                work.append(self._table_batch(table, rows, by_table, types, keys, registry))
+                work.append(self._table_batch(table, rows, by_table, types, keys, registry, activity))
             del rows
         seen = {w.table for w in work}
         for table in sorted(set(by_table) - seen, key=table_order):
             if table in keys:
-                work.append(self._table_batch(table, no_changes(), by_table, types, keys, registry))
+                work.append(self._table_batch(table, no_changes(), by_table, types, keys, registry, activity))
 
         def run(item: TableBatch) -> TableResult:
             return TableApplier(
@@ -373,7 +485,7 @@ class Engine:
                 typing.append((table, mirror.schema()))
         return tuple(typing)
 
-    def _table_batch(self, table, rows, by_table, types, keys, registry) -> TableBatch:  # type: ignore[no-untyped-def]
+    def _table_batch(self, table, rows, by_table, types, keys, registry, activity) -> TableBatch:  # type: ignore[no-untyped-def]
         state = registry.get(table) or TableState(
             table[0], table[1], table[2], mirror=str(self.mirror_path(table)), primary_key=tuple(keys[table])
         )
@@ -386,7 +498,7 @@ class Engine:
             barriers=by_table.get(table, []),
             types=types.get(table, {}),
             state=state,
-            bulk=bulk_load(registry.get(table), self.activity.get(table)),
+            bulk=bulk_load(registry.get(table), activity.get(table)),
         )
 
     def _engine_dead_letters(self, batch: DecodedBatch, dead: list[DeadRow], batch_id: int) -> pa.Table:
@@ -532,6 +644,19 @@ def _unkeyed(rows: pa.Table) -> list[DeadRow]:
         )
         for r in rows.to_pylist()
     ]
+
+
+def _clear(folder: str) -> None:
+    """Remove a batch's folder of payload files (and the engine's, when no other batch has one there) and
+    give the memory its tables held back."""
+    import os
+
+    payload.clear(folder)
+    try:
+        os.rmdir(os.path.dirname(folder))
+    except OSError:  # the next batch's folder is there already
+        pass
+    payload.release_memory()
 
 
 def _clear_stale(folder: Path, hours: float = 24) -> None:

@@ -317,6 +317,42 @@ def kafka_stream(spark: SparkSession, config: JobConfig) -> DataFrame:
     return spark.readStream.format("kafka").options(**kafka_options(config.source.kafka)).load()
 
 
+def kafka_range_options(options: KafkaOptions, ranges: pa.Table) -> dict[str, str]:
+    """The ``format("kafka")`` batch options that read these offset ranges again (state.MANIFEST rows:
+    topic, partition, the first and the last offset read): the job's connection options, the partitions
+    assigned, each from its first offset to the one after its last."""
+    import json
+
+    built = {
+        k: v
+        for k, v in kafka_options(options).items()
+        if k not in ("subscribe", "subscribePattern", "startingOffsets", "maxOffsetsPerTrigger")
+    }
+    assign: dict[str, list[int]] = {}
+    first: dict[str, dict[str, int]] = {}
+    end: dict[str, dict[str, int]] = {}
+    for r in ranges.to_pylist():
+        assign.setdefault(r["source"], []).append(r["partition"])
+        first.setdefault(r["source"], {})[str(r["partition"])] = r["first"]
+        end.setdefault(r["source"], {})[str(r["partition"])] = r["last"] + 1  # exclusive
+    built.update(assign=json.dumps(assign), startingOffsets=json.dumps(first), endingOffsets=json.dumps(end))
+    return built
+
+
+def pending_inputs(spark: SparkSession, config: JobConfig, source: str, inputs: pa.Table) -> DataFrame:
+    """A noted batch's inputs (state.MANIFEST) as the decode tasks read them: its files' listing, or its
+    Kafka ranges read again."""
+    if source == "files":
+        return listing_frame(
+            spark, list(zip(inputs["source"].to_pylist(), inputs["partition"].to_pylist(), strict=True))
+        )
+    if source == "kafka":  # needs Spark's Kafka connector, as the stream does
+        assert config.source.kafka is not None
+        options = kafka_range_options(config.source.kafka, inputs)
+        return kafka_inputs(spark.read.format("kafka").options(**options).load())
+    raise ValueError(f"a {source!r} batch is never noted as pending")
+
+
 def build_stream(spark: SparkSession, config: JobConfig) -> DataFrame:
     builders = {"files": files_stream, "kafka": kafka_stream}
     return builders[config.source.type](spark, config)

@@ -53,6 +53,13 @@ DEAD_LETTER_SCHEMA = pa.schema(
     ]
 )
 
+# What a batch read, noted until it is applied (State.note_pending, Engine.recover): its files (source = the
+# URI, partition = the modification time in ms, first/last NULL) or its Kafka ranges (topic, partition, the
+# first and the last offset read).
+MANIFEST = pa.schema(
+    [("source", pa.string()), ("partition", pa.int64()), ("first", pa.int64()), ("last", pa.int64())]
+)
+
 BATCH_SCHEMA = pa.schema(
     [
         ("batch_id", pa.int64()),
@@ -193,6 +200,39 @@ class State:
                 .when_not_matched_insert_all()
                 .execute()
             )
+
+    # ---- batches applied behind the next one (Engine.submit) ----------------------------------------------
+    @property
+    def pending_folder(self) -> Path:
+        return self.root / "pending"
+
+    def note_pending(self, batch_id: int, source: str, manifest: pa.Table) -> None:
+        """Note a batch's inputs (:data:`MANIFEST`) before Spark commits it, until its apply ends: one JSON
+        file per batch, written whole (a temporary file renamed) and flushed to disk."""
+        import os
+
+        folder = self.pending_folder
+        folder.mkdir(parents=True, exist_ok=True)
+        note = {"batch_id": batch_id, "source": source, "inputs": manifest.to_pylist()}
+        final = folder / f"{batch_id:020d}.json"
+        temporary = folder / f".{final.name}.tmp"
+        with temporary.open("w", encoding="utf-8") as f:
+            json.dump(note, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, final)
+
+    def pending(self) -> list[tuple[int, str, pa.Table]]:
+        """The noted batches not yet applied, in batch order: (batch id, source kind, inputs)."""
+        notes = []
+        for path in sorted(self.pending_folder.glob("*.json")):
+            note = json.loads(path.read_text(encoding="utf-8"))
+            inputs = pa.Table.from_pylist(note["inputs"], MANIFEST)
+            notes.append((int(note["batch_id"]), str(note["source"]), inputs))
+        return notes
+
+    def clear_pending(self, batch_id: int) -> None:
+        (self.pending_folder / f"{batch_id:020d}.json").unlink(missing_ok=True)
 
     # ---- dead letters and batches ------------------------------------------------------------------------
     def write_dead_letters(self, rows: pa.Table, batch_id: int, stage: str) -> None:

@@ -107,3 +107,54 @@ def test_kafka_options_are_built_from_the_job_file(tmp_path):
         "maxOffsetsPerTrigger": "5000",
         "kafka.security.protocol": "SSL",
     }
+
+
+def test_a_noted_kafka_batch_is_read_again_by_its_offset_ranges(tmp_path):
+    """A batch left pending (trigger.overlap) is read again from the ranges its decode tasks read: the
+    partitions assigned, each from its first offset to the one after its last, the job's own options."""
+    import json
+
+    import pyarrow as pa
+
+    from replicator.decode import manifest_rows, merge_manifest
+    from replicator.sources import kafka_range_options
+
+    text = GOOD.replace(
+        "type: files\n  path: landing",
+        "type: kafka\n  kafka:\n    bootstrap_servers: k1:9092\n    topics: [shop, crm]\n"
+        "    options: {kafka.security.protocol: SSL}",
+    )
+    config = load_config(write(tmp_path, text))
+
+    def records(topic: str, partition: int, offsets: list[int]) -> pa.Table:
+        n = len(offsets)
+        return pa.table({"source": [topic] * n, "partition": [partition] * n, "offset": offsets})
+
+    # two tasks read parts of shop/0, one task crm/2 (in two slices)
+    tasks = [
+        manifest_rows("kafka", pa.record_batch({"x": [1]}), [records("shop", 0, [7, 5, 6])]),
+        manifest_rows(
+            "kafka", pa.record_batch({"x": [1]}), [records("shop", 0, [9, 8]), records("crm", 2, [40])]
+        ),
+        manifest_rows("kafka", pa.record_batch({"x": [1]}), [records("crm", 2, [41, 43])]),
+    ]
+    ranges = merge_manifest([t for t in tasks if t is not None])
+    assert sorted(ranges.to_pylist(), key=lambda r: r["source"]) == [
+        {"source": "crm", "partition": 2, "first": 40, "last": 43},
+        {"source": "shop", "partition": 0, "first": 5, "last": 9},
+    ]
+    options = kafka_range_options(config.source.kafka, ranges)
+    assert {k: v for k, v in options.items() if k not in ("assign", "startingOffsets", "endingOffsets")} == {
+        "kafka.bootstrap.servers": "k1:9092",
+        "failOnDataLoss": "true",
+        "includeHeaders": "false",
+        "kafka.security.protocol": "SSL",
+    }
+    assert json.loads(options["assign"]) == {"crm": [2], "shop": [0]}
+    assert json.loads(options["startingOffsets"]) == {"crm": {"2": 40}, "shop": {"0": 5}}
+    assert json.loads(options["endingOffsets"]) == {"crm": {"2": 44}, "shop": {"0": 10}}
+    files = manifest_rows("files", pa.record_batch({"path": ["file:/a", "file:/b"], "mtime": [1, 2]}), [])
+    assert merge_manifest([files]).to_pylist() == [
+        {"source": "file:/a", "partition": 1, "first": None, "last": None},
+        {"source": "file:/b", "partition": 2, "first": None, "last": None},
+    ]

@@ -103,6 +103,19 @@ HARNESS = textwrap.dedent("""
         after(State, "save_tables", lambda self, states, b: b == at and any(s.dropped for s in states))
     elif point == "recorded":
         after(State, "record_batch", lambda self, summary: summary.batch_id == at)
+    elif point == "committed":  # applied behind (trigger.overlap): Spark committed the batch, not applied
+        import pathlib, time
+        from replicator.engine import Engine
+
+        def committed(self, work):
+            if not (work.pending and work.summary.batch_id == at):
+                return False
+            commit = pathlib.Path(self.state.checkpoint) / "commits" / str(at)
+            deadline = time.monotonic() + 300
+            while not commit.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return True
+        before(Engine, "_finish", committed)
     else:
         raise SystemExit(f"unknown crash point {point}")
     from replicator.commands.cli import main
@@ -188,17 +201,18 @@ def workload(seed: int, files: int = 3, messages: int = 8) -> tuple[list[list[di
     return out, model
 
 
-def write_job(root: Path, files: list[list[dict]]) -> Path:
+def write_job(root: Path, files: list[list[dict]], overlap: bool = True) -> Path:
     for i, messages in enumerate(files):
         path = write_jsonl(root / "landing" / f"part-{i:03d}.jsonl", messages)
         os.utime(path, (ES / 1000 + i, ES / 1000 + i))  # one file per batch, in this order
     path = root / "job.yaml"
     path.write_text(
-        textwrap.dedent("""
+        textwrap.dedent(f"""
         name: crash-job
-        source: {type: files, path: landing, dialect: canal-json, max_files_per_trigger: 1}
-        target: {path: lake}
-        state: {path: state}
+        source: {{type: files, path: landing, dialect: canal-json, max_files_per_trigger: 1}}
+        target: {{path: lake}}
+        state: {{path: state}}
+        trigger: {{overlap: {str(overlap).lower()}}}
         """),
         encoding="utf-8",
     )
@@ -335,10 +349,13 @@ def assert_accounted(
 
 
 @pytest.mark.slow
-def test_crash_points(tmp_path):
+@pytest.mark.parametrize("overlap", [True, False], ids=["applied-behind", "applied-in-batch"])
+def test_crash_points(tmp_path, overlap):
+    """``overlap`` (trigger.overlap): a batch is applied while Spark decodes the next one, so Spark may have
+    committed it when the process dies in its apply; without it, Spark commits a batch once applied."""
     files, model = workload(seed=0)
     assert any(m["type"] == "DELETE" for m in files[0]), "file 0 deletes keys the redelivery re-inserts"
-    config = write_job(tmp_path, files)
+    config = write_job(tmp_path, files, overlap)
     timings = []
 
     def crash(point: str) -> None:
@@ -363,9 +380,20 @@ def test_crash_points(tmp_path):
     assert all(committed(tmp_path, t, 1) for t in TABLES)
     assert [b["batch_id"] for b in status(config)["batches"]] == [0]
 
-    crash("recorded@2")  # batch 2 recorded in state, but Spark's checkpoint has not committed it
+    pending = tmp_path / "state" / "pending" / f"{2:020d}.json"
+    if overlap:
+        crash("committed@2")  # Spark committed batch 2, which was to be applied behind batch 3
+        assert (tmp_path / "state" / "checkpoint" / "commits" / "2").exists()
+        assert not any(committed(tmp_path, t, 2) for t in TABLES)
+        assert [b["batch_id"] for b in status(config)["batches"]] == [0, 1]
+        assert pending.exists()  # its inputs, for the next run to apply it first
+
+    crash("recorded@2")  # batch 2 recorded in state, but not yet done with (its note, Spark's commit)
     assert [b["batch_id"] for b in status(config)["batches"]] == [0, 1, 2]
-    assert not (tmp_path / "state" / "checkpoint" / "commits" / "2").exists()
+    if overlap:
+        assert pending.exists()  # applied by the run above (from the note): the note goes last
+    else:
+        assert not (tmp_path / "state" / "checkpoint" / "commits" / "2").exists()
 
     finish(config)
     problems = differences(tmp_path, model)

@@ -234,3 +234,37 @@ def test_demo_stream_produces_the_expected_tables(spark, tmp_path):
     assert any("not JSON" in e for e in errors)
     assert any("'amount'" in e and "12.345" in e for e in errors)
     assert any("'qty'" in e and "4294967295" in e for e in errors)
+
+
+def test_a_batch_applied_behind_that_fails_fails_the_run_and_is_applied_first_next_time(spark, tmp_path):
+    """trigger.overlap: batch 0 is applied while batch 1 is decoded. Its apply fails (on_error: fail, an
+    amount its decimal(10,2) column cannot hold) after Spark committed it: the run fails naming the record,
+    and the batch's note stays. The next run (on_error: dead_letter) applies batch 0 first from its note,
+    then batch 1; every batch once, the bad row a dead letter."""
+    import os
+
+    from replicator.commands.runner import MirrorJob
+    from replicator.config import load_config
+    from replicator.errors import RecordFailed
+
+    landing = tmp_path / "landing"
+    bad = {"id": "2", "name": "b", "amount": "123456789012.00", "ts": "2024-01-01 00:00:00.000"}
+    first = [canal("INSERT", [order(1)], es=ES), canal("INSERT", [bad], es=ES + 1)]
+    for i, messages in enumerate([first, [canal("INSERT", [order(3)], es=ES + 2)]]):
+        path = write_jsonl(landing / f"part-{i}.jsonl", messages)
+        os.utime(path, (ES / 1000 + i, ES / 1000 + i))
+    extra = "on_error: fail\n"
+    path = job_file(tmp_path, extra)
+    path.write_text(
+        path.read_text().replace("dialect: canal-json}", "dialect: canal-json, max_files_per_trigger: 1}")
+    )
+    with pytest.raises(RecordFailed, match=r"part-0\.jsonl:2 .*amount"):
+        MirrorJob(load_config(path), spark).run(available_now=True)
+    assert (tmp_path / "state" / "checkpoint" / "commits" / "0").exists()  # Spark had committed it
+    assert [p.name for p in (tmp_path / "state" / "pending").iterdir()] == [f"{0:020d}.json"]
+
+    path.write_text(path.read_text().replace("on_error: fail", "on_error: dead_letter"))
+    assert MirrorJob(load_config(path), spark).run(available_now=True) == 0
+    assert list((tmp_path / "state" / "pending").iterdir()) == []
+    assert [r["id"] for r in delta_rows(tmp_path / "lake" / "shop" / "orders")] == [1, 3]
+    assert [(b["batch_id"], b["dead_letters"]) for b in batches(tmp_path / "state")] == [(0, 1), (1, 0)]

@@ -12,6 +12,8 @@ from replicator.logging import get_logger
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from replicator.state import BatchSummary
+
 log = get_logger("replicator.commands.runner")
 
 
@@ -38,12 +40,17 @@ class MirrorJob:
             if self._stop.is_set():
                 raise InterruptedError("stopping: the batch is left for the next run")
             try:
-                summary = self.engine.process(frame, batch_id)
+                if self.config.trigger.overlap:  # applied while Spark decodes the next batch
+                    self.engine.submit(frame, batch_id)
+                else:
+                    self.engine.process(frame, batch_id)
             except BaseException as exc:  # Spark wraps it; keep the original for the caller
                 self.error = exc
                 raise
-            if self.progress is not None:
-                self.progress.add_events(summary.events)
+
+    def _applied(self, summary: BatchSummary) -> None:
+        if self.progress is not None:
+            self.progress.add_events(summary.events)
 
     def run(self, available_now: bool = False, progress_stream: IO[str] | None = None) -> int:
         """``progress_stream``: where a catch-up's bar goes (stderr), shown only if it is a terminal."""
@@ -52,6 +59,9 @@ class MirrorJob:
 
         warming = threading.Thread(target=warm_workers, args=(self.spark, self.config), daemon=True)
         warming.start()  # the Python workers start while the query does
+        # A batch Spark committed while the last run applied it (trigger.overlap) is applied first.
+        self.engine.recover(self.spark)
+        self.engine.on_batch = self._applied
         stream = build_stream(self.spark, self.config)
         writer = (
             stream.writeStream.foreachBatch(self._batch)
@@ -73,13 +83,18 @@ class MirrorJob:
 
         for sig in previous:
             signal.signal(sig, request_stop)
+        drained = False
         try:
             while query.isActive:
-                if self._stop.is_set():
+                failed = self.engine.failure()  # a batch applied behind failed: stop at once
+                if self._stop.is_set() or failed is not None:
                     with self._lock:
                         query.stop()
                     break
-                query.awaitTermination(0.5)
+                try:
+                    query.awaitTermination(0.5)
+                except Exception:  # the query failed: its error (self.error, the original) is raised below
+                    break
                 if self.progress is not None and self.progress.enabled:
                     self.progress.update(poll(query))
             if self.progress is not None and self.progress.enabled:
@@ -87,7 +102,14 @@ class MirrorJob:
             exc = query.exception()
             if exc is not None and not self._stop.is_set():
                 raise self.error if self.error is not None else exc
+            drained = True
+            self.engine.drain()  # the last batch, applied behind: its error is this run's
         finally:
+            if not drained:  # an error above: the batch applied behind still ends before the process
+                try:
+                    self.engine.drain()
+                except Exception as exc:
+                    log.error("the batch applied behind the failed one failed too", error=str(exc))
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             if self.progress is not None:
