@@ -385,8 +385,9 @@ def test_crash_points(tmp_path, overlap):
         crash("committed@2")  # Spark committed batch 2, which was to be applied behind batch 3
         assert (tmp_path / "state" / "checkpoint" / "commits" / "2").exists()
         assert not any(committed(tmp_path, t, 2) for t in TABLES)
-        assert [b["batch_id"] for b in status(config)["batches"]] == [0, 1]
-        assert pending.exists()  # its inputs, for the next run to apply it first
+        report = status(config)
+        assert [b["batch_id"] for b in report["batches"]] == [0, 1]
+        assert pending.exists() and report["pending"] == [2]  # its inputs, for the next run to apply first
 
     crash("recorded@2")  # batch 2 recorded in state, but not yet done with (its note, Spark's commit)
     assert [b["batch_id"] for b in status(config)["batches"]] == [0, 1, 2]

@@ -58,7 +58,15 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
             row["finished_at"] = row["finished_at"].isoformat()
             row["tables"] = json.loads(row["tables"])
             batches.append(row)
-    return {"job": config.name, "tables": tables, "dead_letters": dead_total, "batches": batches}
+    # Batches Spark committed whose apply a run did not finish (trigger.overlap): the next run applies them.
+    pending = [batch_id for batch_id, _kind, _inputs in state.pending()]
+    return {
+        "job": config.name,
+        "tables": tables,
+        "dead_letters": dead_total,
+        "batches": batches,
+        "pending": pending,
+    }
 
 
 def print_status(config: JobConfig, as_json: bool = False, last_batches: int = 10) -> int:
@@ -67,6 +75,9 @@ def print_status(config: JobConfig, as_json: bool = False, last_batches: int = 1
         print(json.dumps(status, indent=1, default=str))
         return 0
     print(f"job {status['job']}: {len(status['tables'])} tables, {status['dead_letters']} dead letters")
+    if status["pending"]:
+        ids = ", ".join(str(b) for b in status["pending"])
+        print(f"batches left pending by the last run (applied first by the next one): {ids}")
     print(
         f"{'table':32} {'phase':18} {'rows':>10} {'snapshot':>10} {'dead':>6} {'lag(s)':>10}  "
         "last position @ event time"
