@@ -18,6 +18,7 @@ import gc
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -285,10 +286,27 @@ def _utf8(raw: Any) -> bool:
 
 def record_tuples(records: pa.Table) -> Iterator[RawTuple]:
     """The rows of a raw-record table (sources.raw_schema: raw, key, source, partition, offset) as
-    (raw, source, partition, offset, key) tuples; a table without ``key`` (files) has NULL keys."""
-    columns = [records.column(n).to_pylist() for n in ("raw", "source", "partition", "offset")]
-    keys = records.column("key").to_pylist() if "key" in records.column_names else [None] * records.num_rows
+    (raw, source, partition, offset, key) tuples; a table without ``key`` (files) has NULL keys. A column
+    whose rows all hold one value (a file's path and time, files' NULL keys) gives that one object to every
+    row instead of a Python object per row."""
+    n = records.num_rows
+    columns = [_values(records.column(name)) for name in ("raw", "source", "partition", "offset")]
+    keys = _values(records.column("key")) if "key" in records.column_names else repeat(None, n)
     return zip(*columns, keys, strict=True)
+
+
+def _values(column: pa.ChunkedArray) -> Iterable[Any]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(column)
+    if n > 1 and not pa.types.is_binary(column.type):
+        if column.null_count == n:
+            return repeat(None, n)
+        first = column[0]
+        if first.is_valid and column.null_count == 0 and pc.all(pc.equal(column, first)).as_py():
+            return repeat(first.as_py(), n)
+    return column.to_pylist()
 
 
 @contextmanager
