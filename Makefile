@@ -45,7 +45,7 @@ soak: install ## long randomized runs: many hypothesis examples through the real
 	HYPOTHESIS_PROFILE=soak $(BIN)/python -m pytest -q tests/test_properties.py tests/test_bad_input.py tests/test_crash.py
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 
-bench: install ## the benchmarks of docs/performance.md (about 55 minutes); results in bench-out/*/result.json
+bench: install ## the benchmarks of docs/performance.md (about 60 minutes); results in bench-out/*/result.json
 	$(BIN)/python -m compileall -q replicator jobs  # as installed: the bytecode of the current sources
 	$(BIN)/python benchmarks/throughput.py
 	$(BIN)/python benchmarks/throughput.py --events 5000000 --keys 500000 --per-file 50000 --files-per-trigger 10 --workdir bench-out/throughput-5m
@@ -58,6 +58,7 @@ bench: install ## the benchmarks of docs/performance.md (about 55 minutes); resu
 	$(BIN)/python benchmarks/latency.py
 	$(BIN)/python benchmarks/memory.py
 	$(BIN)/python benchmarks/decode_stages.py
+	$(BIN)/python benchmarks/decode_instructions.py || echo "decode_instructions: needs valgrind"
 	$(BIN)/python benchmarks/history.py --batches 4 --events 50000 --keys 20000
 
 clean:
