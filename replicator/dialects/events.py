@@ -315,7 +315,7 @@ class Events:
         es = np.fromiter(columns[_U_ES], np.int64, n)
         ids = np.fromiter(columns[_U_ID], np.int64, n)
         rows = np.fromiter(columns[_U_ROW], np.int64, n)
-        partition = _same(columns[_U_PARTITION], pa.int64())
+        partition = _shared(columns[_U_PARTITION], pa.int64())
         offset = pa.array(columns[_U_OFFSET], pa.int64())
         millis = np.where((es > -100_000_000_000) & (es < 100_000_000_000), es * 1000, es)  # epoch_millis
         timed = (millis >= MIN_MICROS // 1000) & (millis <= MAX_MICROS // 1000)  # epoch_micros
@@ -357,7 +357,7 @@ class Events:
             "position": position,
             "coordinates": pa.StructArray.from_arrays(
                 [
-                    _same(columns[_U_SOURCE], string),
+                    _shared(columns[_U_SOURCE], string),
                     partition,
                     offset,
                     pa.array(np.zeros(n, np.int32)),
@@ -412,21 +412,16 @@ class Events:
         return pa.table([arrays[f.name] for f in schema], schema=schema)
 
 
-def _same(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
-    """Values that are often one object in every row (a file's path and time: sources give one object
-    per file) -> Arrow, converted once when they are."""
-    import pyarrow as pa
-
-    if values and values.count(values[0]) == len(values):  # identical objects compare at once
-        return pa.repeat(pa.scalar(values[0], arrow_type), len(values))
-    return pa.array(values, arrow_type)
-
-
 def _shared(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
-    """Values many rows hold as the very same object (a table's type map, a message's primary key) ->
-    Arrow: each distinct object is converted once and the rows take it by index."""
+    """Values many rows hold as the very same object (a table's type map, a message's primary key, a
+    file's path and time) -> Arrow: each distinct object is converted once and the rows take it by index;
+    one text or number in every row (a file's path and time) is repeated without converting each row's
+    (not for maps: equal dicts may order their keys differently)."""
     import pyarrow as pa
 
+    first = values[0] if values else None
+    if type(first) in (str, int) and values.count(first) == len(values):  # the same object compares at once
+        return pa.repeat(pa.scalar(first, arrow_type), len(values))
     distinct, positions = _distinct(values)
     if len(distinct) * 2 > len(values):
         return pa.array(values, arrow_type)
