@@ -2,7 +2,11 @@
 
 import sys
 
-from replicator.commands.cli import main
+from replicator.pythonpath import installed_pyspark_first
+
+installed_pyspark_first()  # before anything imports pyspark: spark-submit's zips compile on every start
+
+from replicator.commands.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(["mirror", *sys.argv[1:]]))

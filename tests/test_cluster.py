@@ -84,6 +84,9 @@ def test_a_cluster_mirrors_what_a_local_run_mirrors(cluster, tmp_path):
             url,
             "--conf",
             "spark.executor.memory=1g",
+            # the documented option for executors with replicator installed (docs/operations.md)
+            "--conf",
+            "spark.python.daemon.module=replicator.worker_daemon",
             str(REPO / "jobs" / "mirror.py"),
             "--config",
             str(_job(tmp_path, "submitted", landing)),
@@ -99,3 +102,4 @@ def test_a_cluster_mirrors_what_a_local_run_mirrors(cluster, tmp_path):
     # Both cluster runs were applications of the worker: it started an executor for each.
     apps = sorted((Path(env["SPARK_WORKER_DIR"])).glob("app-*/*/stderr"))
     assert len(apps) >= 2, apps
+    assert any("[replicator.worker_daemon]" in app.read_text() for app in apps), "no executor used the daemon"

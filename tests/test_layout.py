@@ -34,6 +34,8 @@ STAGE_OF = {
             "positions",
             "spark",
             "errors",
+            "pythonpath",
+            "worker_daemon",
         ),
         "helpers",
     ),

@@ -43,3 +43,66 @@ def test_warming_a_worker_loads_the_decode_modules(spark):
 
     assert spark.range(1).mapInArrow(loaded, "ok boolean").collect()[0]["ok"]
     assert spark.range(1).mapInArrow(partial(warm, "canal-json"), "task int").collect() == []
+
+
+def test_workers_import_the_installed_pyspark_not_sparks_zip(spark):
+    """The embedded session's Python daemon (replicator.worker_daemon) moves Spark's pyspark.zip behind the
+    installed pyspark, so a worker's modules come with their bytecode instead of being compiled again in
+    every process."""
+    import pyspark as driver_pyspark
+
+    def where(batches):  # type: ignore[no-untyped-def]
+        import pyarrow as pa
+        import pyspark
+        import pyspark.worker
+
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([pyspark.__file__]), pa.array([pyspark.worker.__file__])], names=["package", "worker"]
+        )
+
+    row = spark.range(1).mapInArrow(where, "package string, worker string").collect()[0]
+    assert ".zip" not in row["package"] and ".zip" not in row["worker"], row
+    assert row["package"] == driver_pyspark.__file__
+
+
+def _zip(path, members):  # type: ignore[no-untyped-def]
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in members.items():
+            archive.writestr(name, text)
+    return str(path)
+
+
+def test_installed_pyspark_first_moves_only_the_zips_of_the_installed_versions(tmp_path):
+    from importlib import metadata
+
+    from replicator.pythonpath import installed_pyspark_first
+
+    pyspark_version = metadata.version("pyspark")
+    py4j_version = metadata.version("py4j")
+    same = _zip(tmp_path / "pyspark.zip", {"pyspark/version.py": f"__version__: str = '{pyspark_version}'\n"})
+    (tmp_path / "other").mkdir()
+    other = _zip(tmp_path / "other" / "pyspark.zip", {"pyspark/version.py": "__version__ = '0.0.1'\n"})
+    (tmp_path / "broken").mkdir()
+    broken = tmp_path / "broken" / "pyspark.zip"
+    broken.write_bytes(b"not a zip")
+    py4j = str(tmp_path / f"py4j-{py4j_version}-src.zip")
+    old_py4j = str(tmp_path / "py4j-0.0.1-src.zip")
+    path = ["/app", same, other, str(broken), py4j, old_py4j, "/site-packages", "/lib.zip"]
+
+    moved = installed_pyspark_first(path)
+
+    assert moved == [same, py4j]
+    assert path == ["/app", other, str(broken), old_py4j, "/site-packages", "/lib.zip", same, py4j]
+
+
+def test_installed_pyspark_first_leaves_a_path_without_the_zips(tmp_path):
+    from replicator.pythonpath import installed_pyspark_first
+
+    path = ["/app", "/site-packages"]
+    assert installed_pyspark_first(path) == []
+    assert path == ["/app", "/site-packages"]
+
