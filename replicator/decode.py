@@ -519,7 +519,7 @@ class DecodedBatch:
 
         self.inputs = inputs
         self.plan = plan
-        self.frame = inputs.mapInArrow(partial(decode_partition, plan), payload.SCHEMA_DDL)
+        self.frame = inputs.mapInArrow(partial(decode_partition, plan), payload.spark_schema())
         # One Spark job; the events stay in the tasks' files (their index comes here, exchange.EventFile)
         by_kind: dict[str, list[pa.Table]] = defaultdict(list)
         for kind, _bucket, table in payload.items(self.frame.toArrow().to_batches()):
@@ -549,7 +549,7 @@ class DecodedBatch:
         ]
         spark = self.frame.sparkSession
         frame = local_frame(spark, files, payload.payload_schema()).mapInArrow(
-            partial(_select, tuple(tables), tuple(columns)), payload.SCHEMA_DDL
+            partial(_select, tuple(tables), tuple(columns)), payload.spark_schema()
         )
         parts = list(payload.tables(frame.toArrow().to_batches()))
         return pa.concat_tables(parts) if parts else pa.table({c: [] for c in columns})
@@ -562,7 +562,7 @@ class DecodedBatch:
         if not wanted:
             return {}
         plan = replace(self.plan, wanted=frozenset(wanted), changelog=None)
-        frame = self.inputs.mapInArrow(partial(raw_lookup, plan), payload.SCHEMA_DDL)
+        frame = self.inputs.mapInArrow(partial(raw_lookup, plan), payload.spark_schema())
         found: dict[tuple[Any, ...], bytes] = {}
         for table in payload.tables(frame.toArrow().to_batches()):
             for r, s, p, o in zip(

@@ -18,8 +18,7 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
-
-SCHEMA_DDL = "kind STRING, bucket INT, payload BINARY"
+    from pyspark.sql.types import StructType
 
 
 def to_ipc(table: pa.Table) -> bytes:
@@ -166,7 +165,7 @@ def frame(spark: SparkSession, parts: Iterable[tuple[str, pa.Table]], slice_rows
 
 
 def payload_schema() -> pa.Schema:
-    """:data:`SCHEMA_DDL` as Arrow."""
+    """A payload row: its kind, its bucket and an Arrow IPC stream."""
     import pyarrow as pa
 
     return pa.schema([("kind", pa.string()), ("bucket", pa.int32()), ("payload", pa.binary())])
@@ -210,3 +209,10 @@ def _malloc_trim() -> Callable[[int], int] | None:
     name = ctypes.util.find_library("c")
     libc = ctypes.CDLL(name) if name else None
     return getattr(libc, "malloc_trim", None)
+
+
+def spark_schema() -> StructType:
+    """:func:`payload_schema` for Spark (what the stages' ``mapInArrow`` returns)."""
+    from replicator.spark import struct
+
+    return struct(payload_schema())

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from replicator.config import JobConfig, KafkaOptions
 
@@ -36,9 +37,18 @@ if TYPE_CHECKING:
 # (a dump of Kafka values). See docs/configuration.md.
 FILE_GLOB = "*.{json,jsonl,avro,b64}"
 FILE_SUFFIXES = (".json", ".jsonl", ".avro", ".b64")
-BINARY_FILE_SCHEMA = "path STRING, modificationTime TIMESTAMP, length BIGINT, content BINARY"
 # A batch of many small files packs several into one decode task.
 MAX_FILE_TASKS = 64
+
+
+def binary_file_schema() -> StructType:
+    """Spark's binaryFile source's columns."""
+    import pyarrow as pa
+
+    from replicator.spark import struct
+
+    fields = [("path", pa.string()), ("modificationTime", pa.timestamp("us", tz="UTC"))]
+    return struct(pa.schema([*fields, ("length", pa.int64()), ("content", pa.binary())]))
 
 
 def raw_schema() -> pa.Schema:
@@ -246,7 +256,7 @@ def files_inputs(frame: DataFrame) -> DataFrame:
 
 def files_stream(spark: SparkSession, config: JobConfig) -> DataFrame:
     reader = (
-        spark.readStream.format("binaryFile").schema(BINARY_FILE_SCHEMA).option("pathGlobFilter", FILE_GLOB)
+        spark.readStream.format("binaryFile").schema(binary_file_schema()).option("pathGlobFilter", FILE_GLOB)
     )
     reader = reader.option("recursiveFileLookup", "true")
     if config.source.max_files_per_trigger:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from replicator.config import JobConfig
 
@@ -55,6 +56,12 @@ REQUIRED: dict[str, str] = {
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
     # The change log's Parquet files are committed to Delta, which reads microsecond timestamps.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    # Arrow data made on the driver (local_frame: a batch's file listing, the fold's bucket listings,
+    # payloads) takes Spark's RDD path: a partition per record batch, turned into rows on the executors.
+    # Under this threshold Spark makes a local relation instead: the driver JVM converts the rows with
+    # generated code (its first compile loads janino from a signed jar, which class sharing skips: ~330
+    # classes) and spreads them over the default parallelism rather than a task per batch.
+    "spark.sql.execution.arrow.localRelationThreshold": "0",
 }
 
 
@@ -192,3 +199,12 @@ def local_frame(
     as_dicts = [dict(zip(schema.names, r, strict=True)) for r in rows]
     batches = [pa.RecordBatch.from_pylist(as_dicts[i : i + size], schema) for i in range(0, len(rows), size)]
     return spark.createDataFrame(pa.Table.from_batches(batches, schema))
+
+
+def struct(schema: pa.Schema) -> StructType:
+    """An Arrow schema as Spark's StructType. The engine gives Spark schemas as types, never as DDL text:
+    text goes through Spark's SQL parser, whose first use costs the driver JVM ~0.2 CPU seconds (loading
+    its grammar), and nothing else in a mirror run needs that parser (docs/performance.md)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)

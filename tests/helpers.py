@@ -110,12 +110,12 @@ class Runner:
 
     def batch(self, folder: Path, batch_id: int | None = None):
         """The folder's files as one micro-batch, read by Spark's binaryFile source as the stream does."""
-        from replicator.sources import BINARY_FILE_SCHEMA, FILE_GLOB
+        from replicator.sources import FILE_GLOB, binary_file_schema
 
         bid = self.batch_id if batch_id is None else batch_id
         frame = (
             self.spark.read.format("binaryFile")
-            .schema(BINARY_FILE_SCHEMA)
+            .schema(binary_file_schema())
             .option("pathGlobFilter", FILE_GLOB)
             .option("recursiveFileLookup", "true")
             .load(str(folder))

@@ -106,3 +106,20 @@ def test_installed_pyspark_first_leaves_a_path_without_the_zips(tmp_path):
     assert installed_pyspark_first(path) == []
     assert path == ["/app", "/site-packages"]
 
+
+def test_a_local_frame_has_a_task_per_record_batch_converted_on_the_executors(spark):
+    """local_frame's rows reach the executors as Spark's RDD of Arrow batches, a partition each, also past
+    the default parallelism (4 here): a local relation would spread them over that parallelism, and
+    convert them in the driver JVM with generated code."""
+    import pyarrow as pa
+
+    from replicator.spark import local_frame, struct
+
+    schema = pa.schema([("task", pa.int32()), ("name", pa.string())])
+    rows = [(i, f"n{i}") for i in range(6)]
+    frame = local_frame(spark, rows, schema)
+    assert frame.rdd.getNumPartitions() == 6
+    assert "LocalTableScan" not in frame._jdf.queryExecution().executedPlan().toString()
+    assert [tuple(r) for r in frame.collect()] == rows
+    assert frame.schema == struct(schema)
+    assert local_frame(spark, rows, schema, tasks=2).rdd.getNumPartitions() == 2

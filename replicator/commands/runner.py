@@ -126,11 +126,12 @@ def warm_workers(spark: SparkSession, config: JobConfig) -> None:
     import pyarrow as pa
 
     from replicator.decode import warm
-    from replicator.spark import local_frame
+    from replicator.spark import local_frame, struct
 
     tasks = max(1, spark.sparkContext.defaultParallelism)
+    schema = pa.schema([("task", pa.int32())])
     try:
-        frame = local_frame(spark, [(i,) for i in range(tasks)], pa.schema([("task", pa.int32())]))
-        frame.mapInArrow(partial(warm, config.source.dialect), "task INT").collect()
+        frame = local_frame(spark, [(i,) for i in range(tasks)], schema)
+        frame.mapInArrow(partial(warm, config.source.dialect), struct(schema)).collect()
     except Exception as exc:
         log.debug("workers not warmed", error=str(exc))

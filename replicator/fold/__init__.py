@@ -233,7 +233,7 @@ def fold_batch(spark: SparkSession, index: pa.Table, plan: FoldPlan) -> dict[Tab
             if listing.num_rows:
                 rows.append(("listing", group, payload.to_ipc(listing)))
     frame = local_frame(spark, rows, payload.payload_schema())  # a task per listing
-    folded = frame.mapInArrow(partial(fold_buckets, plan), payload.SCHEMA_DDL)
+    folded = frame.mapInArrow(partial(fold_buckets, plan), payload.spark_schema())
     parts: dict[str, list[pa.Table]] = {"folded": [], "typed": []}
     for kind, _bucket, table in payload.items(folded.toArrow().to_batches()):  # or from their files
         parts[kind].append(table)
