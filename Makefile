@@ -52,6 +52,7 @@ bench: install ## the benchmarks of docs/performance.md (about 60 minutes); resu
 	$(BIN)/python benchmarks/cluster_cpu.py
 	$(BIN)/python benchmarks/cluster_cpu.py --workdir bench-out/cluster_cpu-driver-options "--driver-java-options=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1" --conf spark.sql.codegen.wholeStage=false
 	$(BIN)/python benchmarks/cluster_cpu.py --workdir bench-out/cluster_cpu-class-archive "--driver-java-options=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1" --conf spark.sql.codegen.wholeStage=false --class-archive
+	$(BIN)/python benchmarks/cluster_cpu.py --workdir bench-out/cluster_cpu-daemon "--driver-java-options=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1" --conf spark.sql.codegen.wholeStage=false --conf spark.python.daemon.module=replicator.worker_daemon --class-archive
 	$(BIN)/python benchmarks/steady_state.py --keys hot
 	$(BIN)/python benchmarks/steady_state.py --keys uniform
 	$(BIN)/python benchmarks/many_tables.py
