@@ -2,8 +2,8 @@
 
 spark-submit (and Spark's Python daemon on every executor) puts ``$SPARK_HOME/python/lib/pyspark.zip`` and
 ``py4j-<version>-src.zip`` first on ``sys.path``. Python caches no bytecode for modules imported from a zip,
-so each start compiles pyspark's sources again: ~0.4 s of CPU in the driver and ~0.4 s in each executor's
-daemon, measured (docs/performance.md). When the interpreter has the same versions installed (a pip
+so each start compiles pyspark's sources again: ~0.5 s of CPU in the driver, and as much in a local run's
+daemon and workers (docs/performance.md). When the interpreter has the same versions installed (a pip
 ``pyspark`` brings both), the zips are moved behind the installed packages; a different or missing
 installation leaves the path as it is. Only the standard library is imported here: it runs before pyspark.
 """
