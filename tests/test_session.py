@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 
 def test_workers_start_with_the_files_folder_on_their_path(spark):
@@ -67,44 +68,40 @@ def test_workers_import_the_installed_pyspark_not_sparks_zip(spark):
     assert row["package"] == driver_pyspark.__file__
 
 
-def _zip(path, members):  # type: ignore[no-untyped-def]
-    import zipfile
-
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, text in members.items():
-            archive.writestr(name, text)
-    return str(path)
-
-
-def test_installed_pyspark_first_moves_only_the_zips_of_the_installed_versions(tmp_path):
+def test_installed_pyspark_first_moves_only_the_installed_packages_own_zips(tmp_path):
+    """spark-submit's zips inside the installed pyspark package go behind it; a zip of another Spark
+    distribution (same file name, maybe another build) and a py4j zip of another version stay."""
     from importlib import metadata
 
     from replicator.pythonpath import installed_pyspark_first
 
-    pyspark_version = metadata.version("pyspark")
-    py4j_version = metadata.version("py4j")
-    same = _zip(tmp_path / "pyspark.zip", {"pyspark/version.py": f"__version__: str = '{pyspark_version}'\n"})
-    (tmp_path / "other").mkdir()
-    other = _zip(tmp_path / "other" / "pyspark.zip", {"pyspark/version.py": "__version__ = '0.0.1'\n"})
-    (tmp_path / "broken").mkdir()
-    broken = tmp_path / "broken" / "pyspark.zip"
-    broken.write_bytes(b"not a zip")
-    py4j = str(tmp_path / f"py4j-{py4j_version}-src.zip")
-    old_py4j = str(tmp_path / "py4j-0.0.1-src.zip")
-    path = ["/app", same, other, str(broken), py4j, old_py4j, "/site-packages", "/lib.zip"]
+    package = tmp_path / "site-packages" / "pyspark"
+    lib = package / "python" / "lib"
+    lib.mkdir(parents=True)
+    own = str(lib / "pyspark.zip")
+    own_py4j = str(lib / f"py4j-{metadata.version('py4j')}-src.zip")
+    old_py4j = str(lib / "py4j-0.0.1-src.zip")
+    vendor = str(tmp_path / "opt" / "spark" / "python" / "lib" / "pyspark.zip")
+    path = ["/app", own, own_py4j, old_py4j, vendor, str(tmp_path / "site-packages"), "/lib.zip"]
 
-    moved = installed_pyspark_first(path)
+    moved = installed_pyspark_first(path, package.resolve())
 
-    assert moved == [same, py4j]
-    assert path == ["/app", other, str(broken), old_py4j, "/site-packages", "/lib.zip", same, py4j]
+    assert moved == [own, own_py4j]
+    assert path == ["/app", old_py4j, vendor, str(tmp_path / "site-packages"), "/lib.zip", own, own_py4j]
 
 
-def test_installed_pyspark_first_leaves_a_path_without_the_zips(tmp_path):
-    from replicator.pythonpath import installed_pyspark_first
+def test_installed_pyspark_first_finds_the_installed_package_without_importing_it():
+    """The default package folder is the pip pyspark's, whose Spark ships its zips inside it."""
+    import pyspark
 
-    path = ["/app", "/site-packages"]
-    assert installed_pyspark_first(path) == []
-    assert path == ["/app", "/site-packages"]
+    from replicator.pythonpath import installed_package_dir, installed_pyspark_first
+
+    package = installed_package_dir()
+    assert package == Path(pyspark.__file__).resolve().parent
+    own = str(package / "python" / "lib" / "pyspark.zip")
+    path = [own, "/site-packages"]
+    assert installed_pyspark_first(path) == [own]
+    assert path == ["/site-packages", own]
 
 
 def test_a_local_frame_has_a_task_per_record_batch_converted_on_the_executors(spark):
