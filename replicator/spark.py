@@ -204,7 +204,7 @@ def local_frame(
 def struct(schema: pa.Schema) -> StructType:
     """An Arrow schema as Spark's StructType. The engine gives Spark schemas as types, never as DDL text:
     text goes through Spark's SQL parser, whose first use costs the driver JVM ~0.2 CPU seconds (loading
-    its grammar), and nothing else in a mirror run needs that parser (docs/performance.md)."""
+    its grammar), which a mirror run with the default writer needs nowhere else (docs/performance.md)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(schema)
