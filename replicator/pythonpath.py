@@ -39,12 +39,12 @@ def installed_package_dir() -> Path | None:
 def _same_files(entry: str, package: Path) -> bool:
     """Whether a path entry is one of the installed package's own pyspark/py4j zips."""
     path = Path(entry)
-    if path.name != "pyspark.zip" and not _PY4J_ZIP.fullmatch(path.name):
+    py4j = _PY4J_ZIP.fullmatch(path.name)
+    if path.name != "pyspark.zip" and py4j is None:
         return False
     if not path.resolve().is_relative_to(package):
         return False
-    matched = _PY4J_ZIP.fullmatch(path.name)
-    return matched is None or matched.group("version") == _installed("py4j")
+    return py4j is None or py4j.group("version") == _installed("py4j")
 
 
 def installed_pyspark_first(path: list[str] | None = None, package: Path | None = None) -> list[str]:

@@ -90,8 +90,9 @@ def test_installed_pyspark_first_moves_only_the_installed_packages_own_zips(tmp_
     assert path == ["/app", old_py4j, vendor, str(tmp_path / "site-packages"), "/lib.zip", own, own_py4j]
 
 
-def test_installed_pyspark_first_finds_the_installed_package_without_importing_it():
-    """The default package folder is the pip pyspark's, whose Spark ships its zips inside it."""
+def test_installed_pyspark_first_finds_the_installed_package_from_its_metadata():
+    """The default package folder (from the distribution's metadata, before pyspark is imported) is the
+    pip pyspark's, whose Spark ships its zips inside it."""
     import pyspark
 
     from replicator.pythonpath import installed_package_dir, installed_pyspark_first
