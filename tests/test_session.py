@@ -70,39 +70,49 @@ def test_workers_import_the_installed_pyspark_not_sparks_zip(spark):
 
 def test_installed_pyspark_first_moves_only_the_installed_packages_own_zips(tmp_path):
     """spark-submit's zips inside the installed pyspark package go behind it; a zip of another Spark
-    distribution (same file name, maybe another build) and a py4j zip of another version stay."""
-    from importlib import metadata
-
+    distribution (same file name, maybe another build) and a py4j zip of another version than the installed
+    py4j's stay."""
     from replicator.pythonpath import installed_pyspark_first
 
-    package = tmp_path / "site-packages" / "pyspark"
+    site = tmp_path / "site-packages"
+    package = site / "pyspark"
     lib = package / "python" / "lib"
     lib.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (site / "py4j").mkdir()
+    (site / "py4j" / "__init__.py").write_text("")
+    (site / "py4j" / "version.py").write_text("__version__ = '0.10.9.9'\n")
     own = str(lib / "pyspark.zip")
-    own_py4j = str(lib / f"py4j-{metadata.version('py4j')}-src.zip")
+    own_py4j = str(lib / "py4j-0.10.9.9-src.zip")
     old_py4j = str(lib / "py4j-0.0.1-src.zip")
     vendor = str(tmp_path / "opt" / "spark" / "python" / "lib" / "pyspark.zip")
-    path = ["/app", own, own_py4j, old_py4j, vendor, str(tmp_path / "site-packages"), "/lib.zip"]
+    path = ["/app", own, own_py4j, old_py4j, vendor, str(site), "/lib.zip"]
 
-    moved = installed_pyspark_first(path, package.resolve())
+    moved = installed_pyspark_first(path)
 
     assert moved == [own, own_py4j]
-    assert path == ["/app", old_py4j, vendor, str(tmp_path / "site-packages"), "/lib.zip", own, own_py4j]
+    assert path == ["/app", old_py4j, vendor, str(site), "/lib.zip", own, own_py4j]
 
 
-def test_installed_pyspark_first_finds_the_installed_package_from_its_metadata():
-    """The default package folder (from the distribution's metadata, before pyspark is imported) is the
-    pip pyspark's, whose Spark ships its zips inside it."""
+def test_installed_pyspark_first_finds_the_package_python_imports_from_a_folder():
+    """Without importing pyspark or reading every distribution's metadata, the package folder is the one
+    Python imports once the zips are behind it (the pip pyspark's here, whose Spark ships its zips inside
+    it), and the installed py4j's version is its distribution's."""
+    import sys
+    from importlib import metadata
+
     import pyspark
 
-    from replicator.pythonpath import installed_package_dir, installed_pyspark_first
+    from replicator.pythonpath import _installed_py4j, installed_package_dir, installed_pyspark_first
 
     package = installed_package_dir()
     assert package == Path(pyspark.__file__).resolve().parent
+    assert _installed_py4j(sys.path) == metadata.version("py4j")
     own = str(package / "python" / "lib" / "pyspark.zip")
-    path = [own, "/site-packages"]
+    path = [own, *sys.path]
     assert installed_pyspark_first(path) == [own]
-    assert path == ["/site-packages", own]
+    assert path == [*sys.path, own]
+    assert installed_package_dir(["/nowhere", own]) is None  # a zip is not an installed package
 
 
 def test_a_local_frame_has_a_task_per_record_batch_converted_on_the_executors(spark):
