@@ -87,6 +87,20 @@ def _forked_workers(seen: Seen) -> float:
     return sum(cpu for key, cpu in seen.items() if key[2].startswith("python") and key[3] in python)
 
 
+# As jobs/mirror.py starts, with the installed pyspark first (replicator.pythonpath), then nothing of
+# the engine's.
+TRIVIAL = """\
+from replicator.pythonpath import installed_pyspark_first
+
+installed_pyspark_first()
+from pyspark.sql import SparkSession  # noqa: E402
+
+spark = SparkSession.builder.appName("trivial").getOrCreate()
+print(spark.range(10).count())
+spark.stop()
+"""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -100,6 +114,11 @@ def main() -> None:
         action="store_true",
         help="the driver JVM maps `replicator jvm-archive`'s class archive (docs/operations.md)",
     )
+    parser.add_argument(
+        "--trivial",
+        action="store_true",
+        help="submit a trivial application instead (a session, range(10).count()): Spark's own floor",
+    )
     args = parser.parse_args()
     if args.class_archive:
         from replicator.spark import class_archive
@@ -110,8 +129,14 @@ def main() -> None:
         args.driver_java_options = f"{args.driver_java_options} -XX:SharedArchiveFile={archive}".strip()
     workdir = Path(args.workdir)
     shutil.rmtree(workdir, ignore_errors=True)
-    write_files(workdir / "landing", args.events, args.keys, args.per_file)
-    job = write_job(workdir, "bench", 0)
+    if args.trivial:
+        workdir.mkdir(parents=True)
+        (workdir / "trivial.py").write_text(TRIVIAL)
+        application = [str(workdir / "trivial.py")]
+    else:
+        write_files(workdir / "landing", args.events, args.keys, args.per_file)
+        job = write_job(workdir, "bench", 0)
+        application = [str(REPO / "jobs" / "mirror.py"), "--config", str(job), "--available-now"]
     with standalone(workdir / "cluster", memory="6g") as (url, env):
         worker = psutil.Process(int(env["REPLICATOR_WORKER_PID"]))
         worker_own, worker_reaped = sum(worker.cpu_times()[:2]), _children_cpu(worker)
@@ -124,10 +149,7 @@ def main() -> None:
             "spark.executor.memory=4g",
             *(["--driver-java-options", args.driver_java_options] if args.driver_java_options else []),
             *[part for conf in args.conf for part in ("--conf", conf)],
-            str(REPO / "jobs" / "mirror.py"),
-            "--config",
-            str(job),
-            "--available-now",
+            *application,
         ]
         before = _reaped()
         wall, out, _err = run_watched(
@@ -144,7 +166,7 @@ def main() -> None:
     driver_python = sum(v for k, v in seen["driver"].items() if k[2].startswith("python"))
     executors_sampled = sum(v for k, v in seen["worker"].items() if k[0] != worker.pid)
     result = {
-        "events": args.events,
+        "events": 0 if args.trivial else args.events,
         "driver_java_options": args.driver_java_options,
         "conf": args.conf,
         "wall_s": round(wall, 1),
