@@ -318,6 +318,30 @@ def events_of(message: dict) -> int:
     return len(message["data"]) if message["data"] is not None else 1
 
 
+def batch_files(root: Path) -> list[list[int]]:
+    """The landing files (``part-<n>.jsonl`` -> n) of each micro-batch, from Spark's checkpoint: a batch
+    holds the file source's log entries after the previous batch's offset up to its own. Usually a file
+    per batch (``max_files_per_trigger: 1``), but a kill between the source's log entry and the batch's
+    offset leaves that file logged, and the next run's batch takes it together with the next file."""
+    checkpoint = root / "state" / "checkpoint"
+    logged: dict[int, int] = {}  # source log batch -> file number
+    for entry in (checkpoint / "sources" / "0").iterdir():
+        if entry.name.split(".")[0].isdigit():  # "<n>", or "<n>.compact" (every entry up to n)
+            for line in entry.read_text().splitlines()[1:]:
+                item = json.loads(line)
+                logged[item["batchId"]] = int(Path(item["path"]).stem.split("-")[1])
+    ends = [
+        json.loads(f.read_text().splitlines()[-1])["logOffset"]
+        for f in sorted(
+            (checkpoint / "offsets").iterdir(), key=lambda f: int(f.name) if f.name.isdigit() else -1
+        )
+        if f.name.isdigit()
+    ]
+    return [
+        [logged[k] for k in range(start + 1, end + 1)] for start, end in zip([-1, *ends], ends, strict=False)
+    ]
+
+
 def assert_accounted(
     root: Path, config: Path, files: list[list[dict]], tables: dict[str, set[int]] | None = None
 ) -> None:
@@ -327,7 +351,9 @@ def assert_accounted(
     report = status(config)
     batches = report["batches"]
     ids = [b["batch_id"] for b in batches]
-    assert ids == list(range(len(files))), f"batches recorded: {ids}"
+    inputs = batch_files(root)
+    assert ids == list(range(len(inputs))), f"batches recorded: {ids}, Spark's: {inputs}"
+    assert sorted(i for files_of in inputs for i in files_of) == list(range(len(files))), inputs
     records = sum(len(f) for f in files)
     events = sum(events_of(m) for f in files for m in f)
     assert sum(b["records_in"] for b in batches) == records
@@ -338,8 +364,10 @@ def assert_accounted(
     assert report["dead_letters"] == 0
     changelog = DeltaTable(str(root / "state" / "changelog")).to_pyarrow_table(columns=["batch_id"])
     per_batch = Counter(changelog["batch_id"].to_pylist())
-    assert per_batch == {i: sum(events_of(m) for m in f) for i, f in enumerate(files)}
-    for table, ids in (tables or {t: set(range(len(files))) for t in TABLES}).items():
+    assert per_batch == {
+        i: sum(events_of(m) for f in files_of for m in files[f]) for i, files_of in enumerate(inputs)
+    }
+    for table, ids in (tables or {t: set(range(len(inputs))) for t in TABLES}).items():
         counts = txns(root / "lake" / "shop" / table)
         assert set(counts) == {("crash-job", i) for i in ids}, (table, counts)
         assert set(counts.values()) == {1}, f"{table}: a batch committed twice: {counts}"
