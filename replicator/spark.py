@@ -45,6 +45,15 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.driver.maxResultSize": "2g",
     "spark.sql.adaptive.enabled": "true",
 }
+# Static settings (read once, when the session starts) the engine sets unless the deployment sets them:
+# spark-submit's --conf and spark-defaults.conf win, and so does the job file's spark.conf.
+SESSION_DEFAULTS: dict[str, str] = {
+    # PySpark's DataFrame debugging wraps each Column function to capture its Python call site: a stack
+    # walk and a few py4j round trips per call, and one more per JVM object it made once Python frees it.
+    # The driver builds its plans from such calls; measured on a cluster's 1M catch-up, the driver's CPU
+    # fell by 0.1-0.2 s without it (docs/performance.md). An error still names the failing expression.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
+}
 # Settings the engine relies on, whatever the deployment says.
 REQUIRED: dict[str, str] = {
     # A files batch's decode tasks are Spark's file partitions, packed by bytes towards this many: each
@@ -82,7 +91,11 @@ def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> 
         master = (config.spark.master if config else None) or os.environ.get("REPLICATOR_SPARK_MASTER")
         master = master or "local[*]"
         builder = builder.master(master)
-        defaults = {**LOCAL_DEFAULTS, "spark.driver.extraJavaOptions": driver_java_options()}
+        defaults = {
+            **LOCAL_DEFAULTS,
+            **SESSION_DEFAULTS,
+            "spark.driver.extraJavaOptions": driver_java_options(),
+        }
         for key, value in defaults.items():
             builder = builder.config(key, value)
         if master.startswith("local"):  # an embedded session listens on loopback only
@@ -94,6 +107,9 @@ def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> 
             # on a cluster by default: there replicator may come with --py-files, which the daemon
             # cannot see (docs/operations.md).
             builder = builder.config("spark.python.daemon.module", "replicator.worker_daemon")
+    elif active is None:
+        for key, value in _unset(SESSION_DEFAULTS).items():
+            builder = builder.config(key, value)
     if config:
         for key, value in config.spark.conf.items():
             builder = builder.config(key, value)
@@ -105,6 +121,16 @@ def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> 
         if (spark.sparkContext.master or "").startswith("local"):
             _files_dir_on_workers_path(spark)
     return spark
+
+
+def _unset(settings: dict[str, str]) -> dict[str, str]:
+    """Those of ``settings`` that spark-submit did not set (its --conf and spark-defaults.conf reach the
+    driver's JVM as system properties, which a new SparkConf reads)."""
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # the gateway to the JVM spark-submit started
+    given = SparkConf()
+    return {key: value for key, value in settings.items() if not given.contains(key)}
 
 
 def _files_dir_on_workers_path(spark: SparkSession) -> None:

@@ -131,3 +131,22 @@ def test_a_local_frame_has_a_task_per_record_batch_converted_on_the_executors(sp
     assert [tuple(r) for r in frame.collect()] == rows
     assert frame.schema == struct(schema)
     assert local_frame(spark, rows, schema, tasks=2).rdd.getNumPartitions() == 2
+
+
+def test_the_session_starts_without_pysparks_dataframe_debugging(spark):
+    from pyspark.errors.utils import is_debugging_enabled
+
+    assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
+    assert not is_debugging_enabled()  # what PySpark's Column functions consult
+
+
+def test_session_defaults_leave_what_spark_submit_set(spark):
+    """Under spark-submit, --conf and spark-defaults.conf reach the JVM as system properties; the
+    embedded session's launch passes its settings the same way, so they count as set."""
+    from replicator.spark import _unset
+
+    master = spark.sparkContext.getConf().get("spark.master")
+    assert _unset({"spark.master": "elsewhere", "spark.replicator.test.unset": "1"}) == {
+        "spark.replicator.test.unset": "1"
+    }
+    assert master.startswith("local")
