@@ -66,6 +66,8 @@ from replicator.state import DEAD_LETTER_SCHEMA, BatchSummary, State, TableState
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from replicator.sinks.base import MirrorWriter
+
 log = get_logger("replicator.engine")
 
 # A table's DML events in a batch from which the fold tasks type its net changes (Engine._typing): fewer
@@ -95,6 +97,7 @@ class BatchWork:
     phases: Phases
     started: float | None  # None: not recorded as a batch (replayed events)
     folded: dict[TableId, pa.Table] = field(default_factory=dict)
+    files: dict[TableId, pa.Table] = field(default_factory=dict)  # written by the fold tasks (mirror_files)
     registry: dict[TableId, TableState] = field(default_factory=dict)
     activity: dict[TableId, Any] = field(default_factory=dict)
     by_table: dict[TableId, list[dict[str, Any]]] = field(default_factory=dict)
@@ -322,17 +325,19 @@ class Engine:
             dml_tables = {
                 (g["database"], g["schema"], g["table"]) for g in groups if g["ok"] and g["op"] in DML_OPS
             }
+            typing, writes = self._typing(batch, groups, selected, by_table, links, registry, types)
             plan = FoldPlan(
                 keys=tuple((t, tuple(k)) for t, k in selected.items() if t in dml_tables),
                 barriers=tuple(barriers),
                 buckets=batch.plan.buckets,
                 events=sum(g["n"] for g in groups if g["ok"] and g["op"] in DML_OPS),
                 spill=batch.plan.spill,
-                typing=self._typing(batch, groups, selected, by_table, links, registry),
+                typing=typing,
+                writes=writes,
                 timezone=self.options.timezone,
                 zero_dates=self.options.zero_dates,
             )
-            work.folded = fold_batch(batch.frame.sparkSession, batch.index, plan)
+            work.folded, work.files = fold_batch(batch.frame.sparkSession, batch.index, plan)
             phases.lap("fold")
         except BaseException:
             if work.changelog is not None:
@@ -429,12 +434,14 @@ class Engine:
         work: list[TableBatch] = []
         # Tables in name order, not in the order their net changes came back (which follows the fold's
         # buckets): a batch applies its tables the same way every run (logs, crash points, thread units).
-        for table in sorted(folded, key=table_order):
+        for table in sorted({*folded, *batch.files}, key=table_order):
             # Taken out of the batch's dict: the table's applier holds the only reference to its rows and
             # frees their images once typed (TableApplier.run).
-            rows = folded.pop(table)
+            rows = folded.pop(table, None)
             if table in keys:
+                rows = no_changes() if rows is None else rows
                 work.append(self._table_batch(table, rows, by_table, types, keys, registry, activity))
+                work[-1].files = batch.files.get(table)
             del rows
         seen = {w.table for w in work}
         for table in sorted(set(by_table) - seen, key=table_order):
@@ -461,29 +468,57 @@ class Engine:
         with ThreadPoolExecutor(max_workers=min(8, len(units))) as pool:
             return [r for results in pool.map(run_unit, units) for r in results]
 
-    def _typing(self, batch, groups, selected, by_table, links, registry):  # type: ignore[no-untyped-def]
+    def _typing(self, batch, groups, selected, by_table, links, registry, types):  # type: ignore[no-untyped-def]
         """The tables whose net changes the fold tasks type (FoldPlan.typing), with their mirror's schema:
         those with a mirror, at least TYPED_ON_EXECUTORS DML events in the batch, no barrier in it (their
         schema stays as read here until their rows are applied) and no document patches. Typing on the
-        driver cost ~1 µs per net change on the 5M catch-up (3.3 s), one core while the executors wait."""
+        driver cost ~1 µs per net change on the 5M catch-up (3.3 s), one core while the executors wait.
+
+        A table first seen in this batch is created here when it can be (:meth:`_created`), and the fold
+        tasks write its upserts to its folder (FoldPlan.writes)."""
         if may_patch(batch.plan.dialect):
-            return ()
+            return (), ()
         events: dict[TableId, int] = {}
         for g in groups:
             if g["ok"] and g["op"] in DML_OPS:
                 table = (g["database"], g["schema"], g["table"])
                 events[table] = events.get(table, 0) + g["n"]
         renamed = {t for link in links for t in link[:2]}
-        typing = []
+        typing, writes = [], []
         for table in sorted(selected, key=table_order):
             known = registry.get(table)
             planned = events.get(table, 0) >= TYPED_ON_EXECUTORS and table not in by_table
-            if not planned or table in renamed or known is None:
+            if not planned or table in renamed:
+                continue
+            if known is None:
+                seen = list(batch.types.get(table, {}))  # typed by its messages (not only declared)
+                created = self._created(table, selected[table], types.get(table, {}), seen)
+                if created is not None:
+                    typing.append((table, created.schema()))
+                    writes.append((table, payload.folder_uri(created.path)))
                 continue
             mirror = self.writer(known.mirror, self.config.target.mirror_properties())
             if mirror.exists():
                 typing.append((table, mirror.schema()))
-        return tuple(typing)
+        return tuple(typing), tuple(writes)
+
+    def _created(
+        self, table: TableId, key: list[str], types: dict[str, str], seen: list[str]
+    ) -> MirrorWriter | None:
+        """The mirror of a table first seen in this batch, created now with the columns its messages typed
+        (``seen``; ``types`` with the job file's declared types) as its first apply would create it, so
+        that the fold tasks type and write its rows. None, and the driver applies them, when its writer
+        writes no files, its messages type no column or not its key, or its mirror or tombstones exist
+        already (a run that died before it recorded the table)."""
+        mirror = self.writer(str(self.mirror_path(table)), self.config.target.mirror_properties())
+        if not mirror.writes_files or not seen or not set(key) <= set(seen):
+            return None
+        if mirror.exists() or self.state.tombstones(table).exists():
+            return None
+        state = TableState(table[0], table[1], table[2], mirror=mirror.path, primary_key=tuple(key))
+        work = TableBatch(table, mirror, no_changes(), [], types, state)
+        TableApplier(work, self.state, -1).ensure_table([*key, *seen])
+        return mirror
 
     def _table_batch(self, table, rows, by_table, types, keys, registry, activity) -> TableBatch:  # type: ignore[no-untyped-def]
         state = registry.get(table) or TableState(

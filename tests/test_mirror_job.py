@@ -132,6 +132,70 @@ def test_killed_between_two_tables_commits_then_rerun_applies_once(tmp_path):
         assert len(writes) == 1, f"{table} was merged {len(writes)} times"
 
 
+# New tables whose inserts the fold tasks write (replicator.fold.mirror_files): every table of a batch, and
+# the process dies after the first table's files are committed (``die``) or not at all.
+FILES_SCRIPT = """
+import os, sys
+from replicator import engine
+from replicator.sinks.delta_rs import DeltaRsWriter
+engine.TYPED_ON_EXECUTORS = 1
+original = DeltaRsWriter.add_files
+def add_then_die(self, *args, **kwargs):
+    result = original(self, *args, **kwargs)
+    os._exit(137)  # between the first and the second table's commit
+if sys.argv[2] == "die":
+    DeltaRsWriter.add_files = add_then_die
+from replicator.commands.cli import main
+sys.exit(main(["mirror", "--config", sys.argv[1], "--available-now"]))
+"""
+
+
+@pytest.mark.slow
+def test_killed_between_two_new_tables_file_commits_then_rerun_applies_once(tmp_path):
+    from tests.test_crash import txns
+
+    messages = [
+        canal("INSERT", [order(1, "a"), order(2, "b"), order(3, "c")], es=ES),
+        canal("INSERT", [order(10, "x"), order(11, "y")], es=ES + 1, table="customers"),
+        canal("UPDATE", [order(1, "a2")], old=[{"name": "a"}], es=ES + 2),
+        canal("DELETE", [order(2, "b")], es=ES + 3),  # a tombstone, no MERGE
+        canal("UPDATE", [order(10, "x2")], old=[{"name": "x"}], es=ES + 4, table="customers"),
+    ]
+    crashed, reference = tmp_path / "crashed", tmp_path / "reference"
+    for root in (crashed, reference):
+        write_jsonl(root / "landing" / "m.jsonl", messages)
+        job_file(root)
+    env = {**os.environ, "REPLICATOR_SPARK_MASTER": "local[2]"}
+
+    def mirror(root: Path, mode: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-c", FILES_SCRIPT, str(root / "job.yaml"), mode]
+        return subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+
+    died = mirror(crashed, "die")
+    assert died.returncode == 137, died.stderr[-3000:]
+    lake = crashed / "lake" / "shop"
+    # (tables are applied in parallel: the other table's commit may land before the process dies)
+    assert any(txns(lake / t)[("cli-job", 0)] for t in ("orders", "customers")), "no table was committed"
+    rerun = mirror(crashed, "run")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    once = mirror(reference, "run")
+    assert once.returncode == 0, once.stderr[-3000:]
+    for table in ("orders", "customers"):
+        assert delta_rows(lake / table) == delta_rows(reference / "lake" / "shop" / table)
+        assert txns(lake / table)[("cli-job", 0)] == 1, f"{table}: batch 0 committed more than once"
+    assert [(r["id"], r["name"]) for r in delta_rows(lake / "orders")] == [(1, "a2"), (3, "c")]
+    # the reference run's tables took the files path: their inserts are in the fold tasks' files
+    for table in ("orders", "customers"):
+        log = (reference / "lake" / "shop" / table / "_delta_log").glob("*.json")
+        paths = [
+            json.loads(line)["add"]["path"]
+            for f in log
+            for line in f.read_text().splitlines()
+            if '"add"' in line
+        ]
+        assert paths and all(p.startswith("part-00000-") for p in paths), paths
+
+
 @pytest.mark.slow
 def test_sigterm_stops_cleanly_after_the_current_batch(tmp_path):
     write_jsonl(tmp_path / "landing" / "a.jsonl", [canal("INSERT", [order(1)], es=ES)])

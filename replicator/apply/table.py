@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from replicator import payload
 from replicator.apply.documents import PatchError, apply_patches
+from replicator.fold import mirror_files
 from replicator.logging import get_logger
 from replicator.model import (
     CDC_COLUMNS,
@@ -74,6 +75,8 @@ class TableBatch:
     types: dict[str, str]  # column -> latest source type text, in first-seen order
     state: TableState
     bulk: bool = False  # snapshot rows of a loading table: append when safe (replicator.apply.phases)
+    # Files of upserts the fold tasks wrote to the mirror's folder (replicator.fold.mirror_files), to commit
+    files: pa.Table | None = None
 
 
 @dataclass
@@ -377,11 +380,15 @@ class TableApplier:
                     if typed.num_rows:
                         self.update_tombstones(typed)
                         self._advance(typed)
+                if self.work.files is not None:  # (this try's files are orphans: never committed)
+                    self._advance_files(self.work.files)
                 self.result.state = self.table_state
                 return self.result
         # The applier owns the rows from here: their images are freed once typed, before the MERGE (its
         # memory peak on the driver; measured on the 5M catch-up, ~0.2 GB of maps per 300k rows).
         rows, self.work.rows = self.work.rows, self.work.rows.slice(0, 0)
+        if self.work.files is not None:
+            return self.commit_files(rows, txn)
         barriers = self.work.barriers
         committed = False
         for segment in range(len(barriers) + 1):  # rows before each barrier, then the rows after the last
@@ -401,6 +408,36 @@ class TableApplier:
                 self.apply_barrier(barriers[segment])
         if not committed and self.mirror.exists():
             self.mirror.mark(txn)
+        self.result.state = self.table_state
+        return self.result
+
+    def commit_files(self, rows: pa.Table, txn: Txn) -> TableResult:
+        """A table created for this batch (no barrier in it): the fold tasks wrote its upserts as files
+        (replicator.fold.mirror_files); ``rows`` are its other net changes: deletes, rows with a value that
+        does not fit, rows with columns the mirror lacks. Each is of a key of its own (a net change per
+        key), so the deletes have nothing to delete: they leave their tombstones only, and only the upserts
+        among ``rows`` are merged. The batch's app transaction goes with the table's last commit."""
+        typed = self.prepare_rows(rows) if rows.num_rows else None  # (new columns added first)
+        del rows
+        upserts = None
+        if typed is not None:
+            upserts = typed.filter(pc.not_equal(typed[CDC_OP], "delete"))
+        merge = upserts is not None and upserts.num_rows > 0
+        files = self.work.files
+        assert files is not None
+        if gone := mirror_files.missing(self.mirror.path, files):
+            raise FileNotFoundError(
+                f"{gone[0]}: a fold task wrote it, the driver does not see it; on a cluster, target.path "
+                "must be storage the executors and the driver share (docs/operations.md)"
+            )
+        self.result.merged = self.result.merged + self.mirror.add_files(files, None if merge else txn)
+        self._advance_files(files)
+        if merge:
+            merged = self.mirror.merge_guarded(upserts, self._key(), CDC_SEQ, CDC_OP, txn)
+            self.result.merged = self.result.merged + merged
+        if typed is not None:
+            self.update_tombstones(typed)
+            self._advance(typed)
         self.result.state = self.table_state
         return self.result
 
@@ -439,14 +476,21 @@ class TableApplier:
 
     def _advance(self, typed: pa.Table) -> None:
         """Move the table's last position to the newest applied event."""
-        last = pc.max(typed[CDC_SEQ]).as_py()
+        self._advance_to(typed[CDC_SEQ], typed[CDC_POSITION], typed[CDC_EVENT_TIME])
+
+    def _advance_files(self, files: pa.Table) -> None:
+        """Move it to the newest event of the files the fold tasks wrote."""
+        self._advance_to(files["last_seq"], files["last_position"], files["last_event_time"])
+
+    def _advance_to(self, seqs: pa.ChunkedArray, positions: pa.ChunkedArray, times: pa.ChunkedArray) -> None:
+        last = pc.max(seqs).as_py()
         if last and (self.table_state.last_seq or "") < last:
-            at = pc.index(typed[CDC_SEQ], last).as_py()
+            at = pc.index(seqs, last).as_py()
             self.table_state = replace(
                 self.table_state,
                 last_seq=last,
-                last_position=typed[CDC_POSITION][at].as_py(),
-                last_event_time=typed[CDC_EVENT_TIME][at].as_py(),
+                last_position=positions[at].as_py(),
+                last_event_time=times[at].as_py(),
             )
 
     def apply_barrier(self, event: dict[str, Any]) -> None:

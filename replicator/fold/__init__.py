@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from replicator import exchange, payload
+from replicator.fold import mirror_files
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,6 +55,9 @@ class FoldPlan:
     # Tables whose net changes the fold tasks type (replicator.types.type_images) against their mirror's
     # schema as the driver read it, so that typed columns, not text maps, reach the driver.
     typing: tuple[tuple[TableId, pa.Schema], ...] = ()
+    # Tables of ``typing`` created for this batch, with their folder's URI: their upserts are written there
+    # as Parquet files (replicator.fold.mirror_files), not sent to the driver.
+    writes: tuple[tuple[TableId, str], ...] = ()
     timezone: str = "UTC"
     zero_dates: str = "null"
 
@@ -118,6 +122,7 @@ def fold_buckets(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
     payload.freeze_heap()
     keys = {t: list(k) for t, k in plan.keys}
     typing = dict(plan.typing)
+    writes = dict(plan.writes)
     for _kind, group, listing in payload.items(batches):
         events = _group_events(plan, group, listing)
         if events is None:
@@ -129,21 +134,30 @@ def fold_buckets(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
             or pc.any(pc.equal(listing["bucket"], exchange.UNBUCKETED)).as_py()
         )
         for table, folded in fold(events, keys, plan.barriers):
-            n = folded.num_rows
             if group != exchange.UNBUCKETED:  # the other half of a key change is its own bucket's
                 mine = _winners_mine(folded, table, group, plan, borrowed)
                 if not mine.all():
                     folded = folded.filter(pa.array(mine))
-                    n = folded.num_rows
             kind = "folded"
+            out = []
             if table in typing:
                 folded, kind = typed(folded, typing[table], plan), "typed"
-            identity = [pa.repeat(pa.scalar(part, pa.string()), n) for part in table]
-            net = pa.table([*identity, *folded.columns], names=[*TABLE_COLUMNS, *folded.column_names])
-            if plan.spill is None:
-                yield from payload.rows([(kind, 0, net)])
-            else:
-                yield from payload.to_files(plan.spill, [(kind, 0, net)])
+                if table in writes:
+                    upserts, folded = mirror_files.split(folded)
+                    if upserts.num_rows:
+                        rows = mirror_files.mirror_rows(upserts, typing[table], keys[table])
+                        del upserts
+                        out.append(("written", mirror_files.write(rows, writes[table], keys[table])))
+                        del rows
+            if folded.num_rows or not out:
+                out.append((kind, folded))
+            for kind, part in out:
+                identity = [pa.repeat(pa.scalar(name, pa.string()), part.num_rows) for name in table]
+                net = pa.table([*identity, *part.columns], names=[*TABLE_COLUMNS, *part.column_names])
+                if plan.spill is None or kind == "written":  # a few file names: Spark's results carry them
+                    yield from payload.rows([(kind, 0, net)])
+                else:
+                    yield from payload.to_files(plan.spill, [(kind, 0, net)])
         del events
     payload.release_memory()  # the worker is reused for the batch's next task
 
@@ -205,10 +219,13 @@ def fold_tasks(plan: FoldPlan) -> int:
     return max(1, min(plan.buckets, by_size, by_tables))
 
 
-def fold_batch(spark: SparkSession, index: pa.Table, plan: FoldPlan) -> dict[TableId, pa.Table]:
+def fold_batch(
+    spark: SparkSession, index: pa.Table, plan: FoldPlan
+) -> tuple[dict[TableId, pa.Table], dict[TableId, pa.Table]]:
     """The driver's half: a Spark task per group of buckets folds them from the decode tasks' files (the
     ``index`` of their record batches, exchange.EventFile), and the net changes are collected per table
-    (the only rows of the batch that reach the driver)."""
+    (the only rows of the batch that reach the driver), with the files written for ``plan.writes``'
+    tables (mirror_files.FILE_COLUMNS), per table."""
     from functools import partial
 
     import pyarrow as pa
@@ -218,7 +235,7 @@ def fold_batch(spark: SparkSession, index: pa.Table, plan: FoldPlan) -> dict[Tab
     from replicator.spark import local_frame
 
     if not plan.keys or index.num_rows == 0:
-        return {}
+        return {}, {}
     rows = []
     tasks = 1 if plan.events <= plan.small_batch else plan.tasks or fold_tasks(plan)
     if tasks == 1:  # one task folds it all, each event once (no old-key copies, nothing to route)
@@ -234,7 +251,7 @@ def fold_batch(spark: SparkSession, index: pa.Table, plan: FoldPlan) -> dict[Tab
                 rows.append(("listing", group, payload.to_ipc(listing)))
     frame = local_frame(spark, rows, payload.payload_schema())  # a task per listing
     folded = frame.mapInArrow(partial(fold_buckets, plan), payload.spark_schema())
-    parts: dict[str, list[pa.Table]] = {"folded": [], "typed": []}
+    parts: dict[str, list[pa.Table]] = {"folded": [], "typed": [], "written": []}
     for kind, _bucket, table in payload.items(folded.toArrow().to_batches()):  # or from their files
         parts[kind].append(table)
     out: dict[TableId, pa.Table] = {}
@@ -249,4 +266,8 @@ def fold_batch(spark: SparkSession, index: pa.Table, plan: FoldPlan) -> dict[Tab
     if parts["folded"]:
         for table, rows in split_by_table(payload.concat(parts["folded"])):
             out[table] = rows.drop_columns(list(TABLE_COLUMNS))
-    return out
+    files: dict[TableId, list[pa.Table]] = {}
+    for part in parts["written"]:
+        database, schema, name = (part[c][0].as_py() for c in TABLE_COLUMNS)
+        files.setdefault((database, schema, name), []).append(part.drop_columns(list(TABLE_COLUMNS)))
+    return out, {table: pa.concat_tables(tables) for table, tables in files.items()}

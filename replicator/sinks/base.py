@@ -114,6 +114,15 @@ class MirrorWriter(ABC):
     @abstractmethod
     def read(self, columns: Sequence[str] | None = None) -> pa.Table: ...
 
+    # Whether :meth:`add_files` commits Parquet files that others wrote into the table's folder (a new
+    # table's upserts, written by the fold tasks: replicator.fold.mirror_files).
+    writes_files = False
+
+    def add_files(self, files: pa.Table, txn: Txn | None) -> MergeResult:
+        """Commit data files already in the table's folder (mirror_files.FILE_COLUMNS: path, size, rows,
+        mtime, stats) as one append."""
+        raise NotImplementedError(f"{type(self).__name__} does not commit files written elsewhere")
+
     def read_keys(self, column: str, values: pa.Array, columns: Sequence[str]) -> pa.Table:
         """The rows whose ``column`` (one of ``columns``) is one of ``values`` (the lookups of tombstones and
         stored rows). This default reads ``columns`` and filters in memory."""

@@ -108,6 +108,31 @@ class DeltaRsWriter(MirrorWriter):
         metrics = self._table().delete(predicate, commit_properties=_commit(txn))
         return int(metrics.get("num_deleted_rows", 0) or 0)
 
+    writes_files = True
+
+    def add_files(self, files: pa.Table, txn: Txn | None) -> MergeResult:
+        from urllib.parse import quote as url_quote
+
+        import pyarrow.compute as pc
+        from deltalake.transaction import AddAction
+
+        adds = [
+            AddAction(
+                path=url_quote(f["path"], safe="/="),
+                size=f["size"],
+                partition_values={},
+                modification_time=f["mtime"],
+                data_change=True,
+                stats=f["stats"],
+            )
+            for f in files.select(["path", "size", "mtime", "stats"]).to_pylist()
+        ]
+        table = self._table()
+        table.create_write_transaction(
+            adds, mode="append", schema=table.schema(), commit_properties=_commit(txn)
+        )
+        return MergeResult(inserted=int(pc.sum(files["rows"]).as_py() or 0))
+
     def mark(self, txn: Txn) -> None:
         table = self._table()
         table.create_write_transaction(
