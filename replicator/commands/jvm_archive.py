@@ -80,13 +80,21 @@ def write_archive(target: Path | None = None) -> Path:
             "source": {"type": "files", "path": str(root / "landing"), "dialect": "canal-json"},
             "target": {"path": str(root / "lake")},
             "state": {"path": str(root / "state")},
-            # the job file's options replace the embedded defaults': no archive read, this one dumped
-            "spark": {"conf": {"spark.driver.extraJavaOptions": options}},
+            "spark": {
+                "conf": {
+                    # the job file's options replace the embedded defaults': no archive read, this one dumped
+                    "spark.driver.extraJavaOptions": options,
+                    # The web UI's classes too (Jetty's, ~0.1 s of a driver's start): a driver under
+                    # spark-submit runs it, an embedded one does not (and maps none of them).
+                    "spark.ui.enabled": "true",
+                }
+            },
         }
         (root / "job.yaml").write_text(yaml.safe_dump(job))
         config = str(root / "job.yaml")
         command = [sys.executable, "-m", "replicator.commands.cli", "mirror", "--config", config]
-        env = {**os.environ, "REPLICATOR_JVM_ARCHIVE": "off"}
+        # (the UI listens on this address: loopback, not every interface)
+        env = {**os.environ, "REPLICATOR_JVM_ARCHIVE": "off", "SPARK_LOCAL_IP": "127.0.0.1"}
         try:
             done = subprocess.run(
                 [*command, "--available-now"], env=env, capture_output=True, text=True, timeout=900
