@@ -150,3 +150,16 @@ def test_cli_shows_the_bar_on_a_pseudo_terminal_only(tmp_path):
     )
     assert piped.returncode == 0, piped.stderr[-3000:]
     assert "catch-up" not in piped.stderr and "1/1" not in piped.stderr
+
+
+def test_without_a_terminal_there_is_no_bar_and_updates_do_nothing():
+    import io
+
+    from replicator.commands.progress import CatchUp
+
+    quiet = io.StringIO()
+    bar = CatchUp(3, "file", quiet)
+    bar.add_events(10)
+    bar.update([{"batchId": 0, "sources": [{"numInputRows": 10}]}])
+    bar.close()
+    assert (bar.enabled, bar.bar, quiet.getvalue()) == (False, None, "")

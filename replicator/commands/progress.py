@@ -112,8 +112,6 @@ class CatchUp:
     def __init__(
         self, total: int | None, unit: str, stream: IO[str] | None = None, kafka: bool = False
     ) -> None:
-        from tqdm import tqdm
-
         stream = stream if stream is not None else sys.stderr
         self.enabled = is_terminal(stream)
         self.kafka = kafka
@@ -121,20 +119,24 @@ class CatchUp:
         self._seen: set[int] = set()
         self._start: int | None = None  # Kafka: the offsets the catch-up started from
         self._t0 = time.monotonic()
-        width = _columns(stream) if self.enabled else None
+        self._stderr: IO[str] | None = None
+        self.bar: Any = None
+        if not self.enabled:  # no bar, and no tqdm import (its version lookup reads spark-submit's zips)
+            return
+        from tqdm import tqdm
+
+        width = _columns(stream)
         self.bar = tqdm(
             total=total,
             unit=unit,
             desc="catch-up",
             file=stream,
-            disable=not self.enabled,
             dynamic_ncols=bool(width),
             # a terminal that says it has 0 columns and rows (a fresh pty) hides the bar: give it a size
             ncols=None if width else 100,
             nrows=None if width else 20,
         )
-        self._stderr: IO[str] | None = None
-        if self.enabled and stream is sys.stderr:
+        if stream is sys.stderr:
             self._stderr, sys.stderr = sys.stderr, _AboveTheBar(stream)  # type: ignore[assignment]
 
     def add_events(self, n: int) -> None:
@@ -143,6 +145,8 @@ class CatchUp:
 
     def update(self, progresses: list[dict[str, Any]]) -> None:
         """New micro-batch progress entries (``json.loads(p.json)`` of ``query.recentProgress``)."""
+        if self.bar is None:
+            return
         for p in progresses:
             batch = p.get("batchId")
             if batch in self._seen:
@@ -168,7 +172,8 @@ class CatchUp:
     def close(self) -> None:
         if self._stderr is not None:
             sys.stderr, self._stderr = self._stderr, None
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
 
 
 def is_terminal(stream: IO[str] | None = None) -> bool:
