@@ -225,7 +225,7 @@ def fold_batch(
     """The driver's half: a Spark task per group of buckets folds them from the decode tasks' files (the
     ``index`` of their record batches, exchange.EventFile), and the net changes are collected per table
     (the only rows of the batch that reach the driver), with the files written for ``plan.writes``'
-    tables (mirror_files.FILE_COLUMNS), per table."""
+    tables (mirror_files.files_schema()), per table."""
     from functools import partial
 
     import pyarrow as pa

@@ -119,8 +119,8 @@ class MirrorWriter(ABC):
     writes_files = False
 
     def add_files(self, files: pa.Table, txn: Txn | None) -> MergeResult:
-        """Commit data files already in the table's folder (mirror_files.FILE_COLUMNS: path, size, rows,
-        mtime, stats) as one append."""
+        """Commit data files already in the table's folder (mirror_files.files_schema(): path, size,
+        rows, mtime, stats) as one append."""
         raise NotImplementedError(f"{type(self).__name__} does not commit files written elsewhere")
 
     def read_keys(self, column: str, values: pa.Array, columns: Sequence[str]) -> pa.Table:
