@@ -393,3 +393,17 @@ def type_images(
             bad.setdefault(err.row, f"column {f.name!r}: {err.message}")
         columns.append(typed.cast(f.type) if typed.type != f.type else typed)
     return columns, bad
+
+
+def cdc_columns(rows: pa.Table) -> dict[str, pa.Array]:
+    """The CDC columns of the mirror rows made from folded net changes (their op, seq, event time and
+    position): one mapping for the driver's typing (TableApplier.typed) and the fold tasks' files
+    (replicator.fold.mirror_files)."""
+    from replicator.model import CDC_EVENT_TIME, CDC_OP, CDC_POSITION, CDC_SEQ
+
+    return {
+        CDC_OP: rows["op"].combine_chunks(),
+        CDC_SEQ: rows["seq_text"].combine_chunks(),
+        CDC_EVENT_TIME: rows["event_time"].combine_chunks().cast(pa.timestamp("us", tz="UTC")),
+        CDC_POSITION: rows["position"].combine_chunks(),
+    }

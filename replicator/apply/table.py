@@ -31,7 +31,7 @@ from replicator.model import (
 )
 from replicator.sinks.base import MergeResult, MirrorWriter, Txn, quote
 from replicator.state import State, TableState
-from replicator.types import REST, TYPE_ERROR, TYPED, column_type, type_images
+from replicator.types import REST, TYPE_ERROR, TYPED, cdc_columns, column_type, type_images
 
 log = get_logger("replicator.apply")
 
@@ -226,10 +226,7 @@ class TableApplier:
             )
             typed, bad = type_images(image, fields, timezone=self.timezone, zero_dates=self.zero_dates)
             columns.update(zip((f.name for f in fields), typed, strict=True))
-        columns[CDC_OP] = rows["op"].combine_chunks()
-        columns[CDC_SEQ] = rows["seq_text"].combine_chunks()
-        columns[CDC_EVENT_TIME] = rows["event_time"].combine_chunks().cast(pa.timestamp("us", tz="UTC"))
-        columns[CDC_POSITION] = rows["position"].combine_chunks()
+        columns.update(cdc_columns(rows))
         table = pa.Table.from_arrays(
             [columns[f.name] for f in schema],
             schema=pa.schema([f.with_type(columns[f.name].type) for f in schema]),

@@ -59,15 +59,11 @@ def mirror_rows(typed: pa.Table, schema: pa.Schema, key: list[str]) -> pa.Table:
     ``TableApplier.typed`` and the MERGE make them."""
     import pyarrow as pa
 
-    from replicator.model import CDC_EVENT_TIME, CDC_OP, CDC_POSITION, CDC_SEQ
-    from replicator.types import TYPED
+    from replicator.types import TYPED, cdc_columns
 
     struct = typed[TYPED].combine_chunks()
     columns: dict[str, Any] = {f.name: struct.field(i) for i, f in enumerate(struct.type)}
-    columns[CDC_OP] = typed["op"].combine_chunks()
-    columns[CDC_SEQ] = typed["seq_text"].combine_chunks()
-    columns[CDC_EVENT_TIME] = typed["event_time"].combine_chunks().cast(pa.timestamp("us", tz="UTC"))
-    columns[CDC_POSITION] = typed["position"].combine_chunks()
+    columns.update(cdc_columns(typed))
     # cast: the mirror's schema as Delta reports it (its strings may be read back as another string type)
     table = pa.Table.from_arrays([columns[f.name] for f in schema], names=schema.names).cast(schema)
     return table.sort_by([(k, "ascending") for k in key])
