@@ -332,3 +332,56 @@ def test_a_batch_applied_behind_that_fails_fails_the_run_and_is_applied_first_ne
     assert list((tmp_path / "state" / "pending").iterdir()) == []
     assert [r["id"] for r in delta_rows(tmp_path / "lake" / "shop" / "orders")] == [1, 3]
     assert [(b["batch_id"], b["dead_letters"]) for b in batches(tmp_path / "state")] == [(0, 1), (1, 0)]
+
+
+@pytest.fixture
+def unfreeze():
+    """The mirror command freezes the start's objects out of the collector (its process's whole life);
+    in this test process they are given back."""
+    import gc
+
+    yield
+    gc.unfreeze()
+    gc.enable()
+
+
+def test_the_mirror_command_runs_its_job_with_the_collector_on_and_its_start_frozen(
+    spark, tmp_path, monkeypatch, unfreeze
+):
+    import gc
+
+    import replicator.spark
+    from replicator.commands import runner
+    from replicator.commands.cli import main
+
+    seen = {}
+
+    def run(self, available_now=False, progress_stream=None):
+        seen.update(enabled=gc.isenabled(), frozen=gc.get_freeze_count(), now=available_now)
+        return 0
+
+    gc.unfreeze()
+    monkeypatch.setattr(replicator.spark, "get_spark", lambda config: spark)
+    monkeypatch.setattr(runner.MirrorJob, "run", run)
+    monkeypatch.chdir(tmp_path)
+    assert main(["mirror", "--config", str(job_file(tmp_path)), "--available-now"]) == 0
+    # The modules, classes and functions of the start (pyspark's, pyarrow's, the engine's: far more
+    # than 10,000 objects) are out of every later collection, and the collector is on for the batches.
+    assert seen["enabled"] and seen["now"]
+    assert seen["frozen"] > 10_000
+
+
+def test_a_mirror_command_whose_start_fails_leaves_the_collector_on(tmp_path, monkeypatch, unfreeze):
+    import gc
+
+    import replicator.spark
+    from replicator.commands.cli import main
+
+    def fails(config):
+        raise RuntimeError("no JVM here")
+
+    monkeypatch.setattr(replicator.spark, "get_spark", fails)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RuntimeError, match="no JVM here"):
+        main(["mirror", "--config", str(job_file(tmp_path))])
+    assert gc.isenabled()

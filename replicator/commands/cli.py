@@ -21,21 +21,32 @@ from replicator.model import table_label
 
 
 def _mirror(args: argparse.Namespace) -> int:
+    import gc
     import threading
 
     from replicator.spark import get_spark
 
     config = load_config(args.config)  # fails before Spark starts
-    # The engine's modules (the stages, the dialects, pyarrow, deltalake: ~0.4 s) load while the driver
-    # waits for its JVM, instead of after it; none imports pyspark, which get_spark imports meanwhile. An
-    # import that fails there fails again below, in the main thread.
-    preload = threading.Thread(target=_preload, name="preload", daemon=True)
-    preload.start()
-    spark = get_spark(config)
-    preload.join()
-    from replicator.commands.runner import MirrorJob
+    # The start's objects (modules, classes, functions: pyspark, pandas, pyarrow, the engine's) live as
+    # long as the driver. Collecting while they are made only walks them again (~40 ms), and so would
+    # every full collection of a job that runs for days and the interpreter's exit (~0.15 s): they are
+    # frozen out of the collector once the start is done (`gc.freeze`, which Python documents for this).
+    gc.disable()
+    try:
+        # The engine's modules (the stages, the dialects, pyarrow, deltalake: ~0.4 s) load while the
+        # driver waits for its JVM, instead of after it; none imports pyspark, which get_spark imports
+        # meanwhile. An import that fails there fails again below, in the main thread.
+        preload = threading.Thread(target=_preload, name="preload", daemon=True)
+        preload.start()
+        spark = get_spark(config)
+        preload.join()
+        from replicator.commands.runner import MirrorJob
 
-    return MirrorJob(config, spark).run(available_now=args.available_now)
+        job = MirrorJob(config, spark)
+    finally:
+        gc.freeze()
+        gc.enable()
+    return job.run(available_now=args.available_now)
 
 
 def _preload() -> None:
