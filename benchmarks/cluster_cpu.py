@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
 from workload import run_watched, write_files, write_job  # noqa: E402
 
-from tests.cluster import spark_home, standalone  # noqa: E402
+from replicator.cluster import spark_home, standalone  # noqa: E402
 
 
 def _tree(pid: int) -> list[psutil.Process]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cluster import spark_home, standalone
+from replicator.cluster import spark_home, standalone
 from tests.helpers import canal, delta_table, order, write_jsonl
 
 REPO = Path(__file__).resolve().parent.parent

@@ -62,6 +62,16 @@ def test_written_archive_maps_with_sparks_class_path(spark, tmp_path: Path) -> N
     )
     assert mapped.returncode == 0, mapped.stderr
     assert "sharing" in mapped.stderr
+    # the sample ran embedded and on a standalone cluster: both schedulers' classes are in it
+    listed = subprocess.run(
+        [str(java), f"-XX:SharedArchiveFile={target}", "-XX:+PrintSharedArchiveAndExit", "-cp", class_path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "archive is valid" in listed.stdout + listed.stderr
+    for name in ("scheduler.local.LocalSchedulerBackend", "deploy.client.StandaloneAppClient"):
+        assert f"org.apache.spark.{name} " in listed.stdout, name
     other = subprocess.run(  # another class path: refused, so a stale archive is never used silently
         [str(java), "-Xshare:on", f"-XX:SharedArchiveFile={target}", "-cp", str(tmp_path), "-version"],
         capture_output=True,

@@ -1,5 +1,6 @@
-"""A Spark standalone cluster on 127.0.0.1 from the pyspark package: one master, one worker (tests and
-benchmarks). Every process it starts is stopped by its process group when the context ends."""
+"""A Spark standalone cluster on 127.0.0.1 from the pyspark package: one master, one worker (`replicator
+jvm-archive`'s sample run, the tests, the benchmarks). Every process it starts is stopped by its process
+group when the context ends."""
 
 from __future__ import annotations
 
