@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	@# Bytecode written now: a driver and every Python worker otherwise compile the package on each start
 	@# where PYTHONDONTWRITEBYTECODE is set (container images often set it); ~0.2 s per process.
 	$(BIN)/python -m compileall -q replicator jobs
-	@# Spark's driver JVM starts ~4 s sooner from a class archive (docs/operations.md); ~35 s, once.
+	@# Spark's driver JVM starts ~4 s sooner from a class archive (docs/operations.md); ~45 s, once.
 	$(BIN)/replicator jvm-archive || echo "replicator: no JVM class archive; Spark starts without it"
 	touch $(STAMP)
 
