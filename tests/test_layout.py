@@ -33,6 +33,7 @@ STAGE_OF = {
             "dialects",
             "positions",
             "spark",
+            "cluster",
             "errors",
             "pythonpath",
             "worker_daemon",
