@@ -82,7 +82,7 @@ def write_archive(target: Path | None = None) -> Path:
         jobs = [_job_file(root, "local", options)]
         # Then the same run on a standalone cluster, in the same JVM: a driver under spark-submit talks to
         # a master and to remote executors (Spark's standalone client, its block transfer and shuffle
-        # messages, Netty's buffers: ~250 classes a local run never loads, ~0.2 s of such a driver's
+        # messages, Netty's buffers: ~250 classes a local run never loads, ~0.15 s of such a driver's
         # start when they come from the jars). Where no cluster starts, the archive has the local run's.
         try:
             master, _env = cluster.enter_context(standalone(root / "cluster", cores=1, memory="1g"))
