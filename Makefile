@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 install: $(STAMP) ## create .venv with the `replicator` command and the dev tools
 
 # Re-runs only when pyproject.toml changes; pyspark (~450 MB) is downloaded once and cached by pip.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml replicator/jars/pom.xml
 	@command -v java >/dev/null || { echo "Java 17+ is required by Spark (java not found on PATH)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml
 	@# Bytecode written now: a driver and every Python worker otherwise compile the package on each start
 	@# where PYTHONDONTWRITEBYTECODE is set (container images often set it); ~0.2 s per process.
 	$(BIN)/python -m compileall -q replicator jobs
+	@# The JVM parts from Maven Central (replicator/jars/pom.xml): the Kafka connector and Delta for Spark, the
+	@# Kafka broker and Debezium the tests start. The embedded default (files, delta-rs) needs none of them.
+	$(BIN)/replicator jars || echo "replicator: JVM parts not fetched (needs mvn); Kafka sources and delta-spark will say so"
 	@# Spark's driver JVM starts ~4 s sooner from a class archive (docs/operations.md); ~45 s, once.
 	$(BIN)/replicator jvm-archive || echo "replicator: no JVM class archive; Spark starts without it"
 	touch $(STAMP)

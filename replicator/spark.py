@@ -110,6 +110,11 @@ def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> 
     elif active is None:
         for key, value in _unset(SESSION_DEFAULTS).items():
             builder = builder.config(key, value)
+    extras = jar_settings(config)
+    if submitted and active is None:
+        extras = _unset(extras)
+    for key, value in extras.items():
+        builder = builder.config(key, value)
     if config:
         for key, value in config.spark.conf.items():
             builder = builder.config(key, value)
@@ -121,6 +126,28 @@ def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> 
         if (spark.sparkContext.master or "").startswith("local"):
             _files_dir_on_workers_path(spark)
     return spark
+
+
+# Delta Lake for Spark's session settings (static: read when the session starts).
+DELTA_SPARK: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+JARS_ENV = "REPLICATOR_SPARK_JARS"  # "all": every session gets the Kafka connector and Delta (the tests)
+
+
+def jar_settings(config: JobConfig | None) -> dict[str, str]:
+    """The jars (``replicator.jars``) and settings a job's session needs beyond pyspark: the Kafka connector
+    for a Kafka source, Delta Lake for Spark for the delta-spark writer. The embedded default (files source,
+    delta-rs writer) needs none, and its start does not pay for them."""
+    everything = os.environ.get(JARS_ENV) == "all"
+    kafka = everything or (config is not None and config.source.type == "kafka")
+    delta = everything or (config is not None and config.target.writer == "delta-spark")
+    if not (kafka or delta):
+        return {}
+    from replicator import jars
+
+    return {**jars.spark_settings(), **(DELTA_SPARK if delta else {})}
 
 
 def _unset(settings: dict[str, str]) -> dict[str, str]:

@@ -23,6 +23,8 @@ FIXTURES = REPO / "tests" / "fixtures"
 def spark():
     """One local SparkSession for the whole run (2 threads, few shuffle partitions)."""
     os.environ.setdefault("REPLICATOR_SPARK_MASTER", "local[2]")
+    # The Kafka connector and Delta Lake for Spark in the one session (replicator.jars; make install).
+    os.environ.setdefault("REPLICATOR_SPARK_JARS", "all")
     from replicator.spark import get_spark
 
     session = get_spark()

@@ -34,6 +34,8 @@ STAGE_OF = {
             "positions",
             "spark",
             "cluster",
+            "broker",
+            "jars",
             "errors",
             "pythonpath",
             "worker_daemon",

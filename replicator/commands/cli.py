@@ -200,6 +200,19 @@ def _jvm_archive(args: argparse.Namespace) -> int:
     return 0
 
 
+def _jars(args: argparse.Namespace) -> int:
+    from replicator import jars
+
+    try:
+        counts = jars.fetch(tuple(args.group or jars.GROUPS))
+    except jars.JarsMissing as exc:
+        print(f"replicator: {exc}", file=sys.stderr)
+        return 1
+    for group, count in counts.items():
+        print(f"{group}: {count} jars in {jars.home() / group}")
+    return 0
+
+
 def _show(args: argparse.Namespace) -> int:
     from replicator.commands.status import print_tables
 
@@ -289,6 +302,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     archive.add_argument("--path", default=None, help="where (default: the installation's, see the docs)")
     archive.set_defaults(func=_jvm_archive)
+
+    fetch = sub.add_parser(
+        "jars", help="fetch the JVM parts from Maven Central (Kafka connector, Delta, broker, Debezium)"
+    )
+    fetch.add_argument(
+        "--group", action="append", choices=("spark", "kafka", "connect"), help="only this group (repeatable)"
+    )
+    fetch.set_defaults(func=_jars)
     return parser
 
 

@@ -24,7 +24,10 @@ JARS_MISSING = (
 
 def delta_spark_available(spark) -> bool:  # type: ignore[no-untyped-def]
     try:
-        spark._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
+        # Through the thread's context class loader, which holds spark.jars (java.lang.Class.forName would
+        # look in the JVM's own class path only).
+        loader = spark._jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        spark._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable", False, loader)
         return True
     except Exception:
         return False
