@@ -271,6 +271,13 @@ class JobConfig(_Model):
     state: StateConfig
     trigger: TriggerConfig = TriggerConfig()
     on_error: OnError = "dead_letter"
+    dead_tables: Literal["fail", "warn"] = Field(
+        default="fail",
+        description=(
+            "a table whose records of a `mirror --available-now` run all became dead letters and that was "
+            "never applied: the run exits with code 4 (fail) or 0 (warn); both print the cause"
+        ),
+    )
     schema_evolution: SchemaPolicy | SchemaEvolutionConfig = "lenient"
     tables: TablesConfig = TablesConfig()
     changelog: ChangelogConfig = ChangelogConfig()
@@ -306,6 +313,33 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(part) for part in loc) or "(top level)"
 
 
+def _unknown_key(loc: tuple[int | str, ...]) -> str:
+    """An unknown key's message: the nearest known key at that place ("did you mean"), else the known keys."""
+    import difflib
+    import typing
+
+    models: list[type[BaseModel]] = [JobConfig]
+    for part in loc[:-1]:
+        inner: list[type[BaseModel]] = []
+        for model in models:
+            info = model.model_fields.get(str(part))
+            if info is None:
+                continue
+            pending = [info.annotation]
+            while pending:  # the models inside Optional/Union/list annotations
+                kind = pending.pop()
+                if isinstance(kind, type) and issubclass(kind, BaseModel):
+                    inner.append(kind)
+                else:
+                    pending.extend(typing.get_args(kind))
+        models = inner or models
+    known = sorted({name for model in models for name in model.model_fields if name != "config_file"})
+    near = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    if near:
+        return f"unknown key; did you mean '{near[0]}'?"
+    return f"unknown key; expected one of {', '.join(known)}"
+
+
 def parse_config(data: Any, source: str = "<config>", base: Path | None = None) -> JobConfig:
     """Validate an already-loaded mapping. ``source`` names the file in error messages."""
     if not isinstance(data, dict):
@@ -315,8 +349,13 @@ def parse_config(data: Any, source: str = "<config>", base: Path | None = None) 
     except ValidationError as exc:
         lines = [f"{source}: invalid job file"]
         for err in exc.errors():
-            got = "" if err["type"] == "missing" else f" (got {err.get('input')!r})"
-            lines.append(f"  {_key_path(err['loc'])}: {err['msg']}{got}")
+            if err["type"] == "extra_forbidden":
+                lines.append(f"  {_key_path(err['loc'])}: {_unknown_key(err['loc'])}")
+                continue
+            if err["type"] == "missing":
+                lines.append(f"  {_key_path(err['loc'])}: a required key is missing")
+                continue
+            lines.append(f"  {_key_path(err['loc'])}: {err['msg']} (got {err.get('input')!r})")
         raise ConfigError("\n".join(lines)) from None
     return config.resolved(base or Path.cwd())
 

@@ -32,11 +32,11 @@ if TYPE_CHECKING:
 
     from replicator.config import JobConfig, KafkaOptions
 
-# *.jsonl: one message per line; *.json: one document (a message or an array of messages);
+# *.jsonl (or *.ndjson): one message per line; *.json: one document (a message or an array of messages);
 # *.avro: one Avro object container file (a record of its own); *.b64: one base64 Avro datum per line
 # (a dump of Kafka values). See docs/configuration.md.
-FILE_GLOB = "*.{json,jsonl,avro,b64}"
-FILE_SUFFIXES = (".json", ".jsonl", ".avro", ".b64")
+FILE_GLOB = "*.{json,jsonl,ndjson,avro,b64}"
+FILE_SUFFIXES = (".json", ".jsonl", ".ndjson", ".avro", ".b64")
 # A batch of many small files packs several into one decode task.
 MAX_FILE_TASKS = 64
 

@@ -46,7 +46,18 @@ def _mirror(args: argparse.Namespace) -> int:
     finally:
         gc.freeze()
         gc.enable()
-    return job.run(available_now=args.available_now)
+    code = job.run(available_now=args.available_now)
+    if not args.available_now:
+        return code
+    from replicator.commands.outcome import DEAD_TABLES_EXIT, summarize
+
+    outcome = summarize(config, job.engine.state, job.summaries)
+    print(outcome.line(args.config), flush=True)
+    if outcome.failed:
+        print(outcome.failure(), file=sys.stderr, flush=True)
+        if config.dead_tables == "fail":
+            return DEAD_TABLES_EXIT
+    return code
 
 
 def _preload() -> None:
@@ -78,6 +89,17 @@ def _decode(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--dialect: unknown dialect {args.dialect!r}; expected auto or {', '.join(dialect_names())}"
         )
+    from pathlib import Path
+
+    from replicator.sources import FILE_SUFFIXES, message_files
+
+    path = Path(args.file)
+    if not path.exists():
+        raise ConfigError(f"decode: {path}: no such file or folder")
+    if not message_files(path):
+        raise ConfigError(
+            f"decode: {path}: no message files in it ({', '.join('*' + s for s in FILE_SUFFIXES)})"
+        )
     options = DecodeOptions(timezone=args.timezone, avro_schema=args.avro_schema)
     fields = (
         "dialect",
@@ -95,15 +117,28 @@ def _decode(args: argparse.Namespace) -> int:
         "error",
         "coordinates",
     )
+    keyless: dict[str, int] = {}
     for record in event_records(decode_path(args.file, args.dialect, options), fields):
         if record.get("op") == "filtered":
             continue
+        if record.get("op") in ("insert", "update", "delete", "snapshot") and not record.get("primary_key"):
+            name = ".".join(
+                p for p in (record.get("database"), record.get("schema"), record.get("table")) if p
+            )
+            keyless[name] = keyless.get(name, 0) + 1
         if args.json:
             print(json.dumps(record, ensure_ascii=False, default=str))
         else:
             where = record.pop("coordinates", {})
             head = f"{where.get('source', '')}:{where.get('offset')}"
             print(head, json.dumps(record, ensure_ascii=False, default=str))
+    for name, count in sorted(keyless.items()):
+        print(
+            f"replicator: warning: {count:,} events of {name} carry no primary key: a mirror job "
+            f"dead-letters "
+            f"them unless the job file gives one (tables.keys: {{'{name}': [...]}}, docs/configuration.md)",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -219,92 +254,183 @@ def _show(args: argparse.Namespace) -> int:
     return _exit_now(print_tables(load_config(args.config), args.table, args.limit))
 
 
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Each option's default after its help (where it has one the help does not already give);
+    descriptions and examples as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if default in (None, False, argparse.SUPPRESS) or "default" in text or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _command(sub, name: str, summary: str, example: str) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
+    return sub.add_parser(
+        name, help=summary, description=summary, epilog=f"example:\n  {example}", formatter_class=_Help
+    )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("replicator")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="replicator", description="CDC messages -> Delta Lake mirror tables"
+        prog="replicator",
+        description="CDC messages -> Delta Lake mirror tables (docs/operations.md)",
+        formatter_class=_Help,
     )
-    parser.add_argument("--log-level", default="INFO")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        help="log lines at this level and above",
+    )
+    parser.add_argument("--version", action="version", version=f"replicator {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    config_help = "the job file (YAML, docs/configuration.md)"
 
-    mirror = sub.add_parser("mirror", help="stream change messages into mirror tables")
-    mirror.add_argument("--config", required=True, help="job file (YAML)")
-    mirror.add_argument("--available-now", action="store_true", help="process what is there, then exit")
+    mirror = _command(
+        sub,
+        "mirror",
+        "stream change messages into mirror tables (continuous until SIGTERM, or --available-now)",
+        "replicator mirror --config conf/shop.yaml --available-now",
+    )
+    mirror.add_argument("--config", required=True, help=config_help)
+    mirror.add_argument(
+        "--available-now", action="store_true", help="process what is there, print a summary, then exit"
+    )
     mirror.set_defaults(func=_mirror)
 
-    decode = sub.add_parser("decode", help="print the normalized change events of a file of messages")
-    decode.add_argument("file")
-    decode.add_argument("--dialect", default="auto")
-    decode.add_argument("--timezone", default="UTC")
-    decode.add_argument("--avro-schema", default=None)
+    decode = _command(
+        sub,
+        "decode",
+        "print the normalized change events of a file or folder of messages",
+        "replicator decode landing/orders.jsonl --dialect auto --json",
+    )
+    decode.add_argument("file", help="a message file (*.json, *.jsonl, *.ndjson, *.avro, *.b64) or a folder")
+    decode.add_argument("--dialect", default="auto", help="the wire format, or auto to detect it")
+    decode.add_argument("--timezone", default="UTC", help="the source's time zone (IANA name)")
+    decode.add_argument("--avro-schema", default=None, help="dts-avro: the record schema file (.avsc)")
     decode.add_argument("--json", action="store_true", help="one JSON object per line")
     decode.set_defaults(func=_decode)
 
-    boot = sub.add_parser("bootstrap", help="load a full snapshot into fresh mirrors (docs/operations.md)")
-    boot.add_argument("--config", required=True)
+    boot = _command(
+        sub,
+        "bootstrap",
+        "load a full snapshot into fresh mirrors, then hand over to mirror (docs/operations.md)",
+        "replicator bootstrap --config conf/shop.yaml --snapshot dump/ --position mysql-bin.000070:6816",
+    )
+    boot.add_argument("--config", required=True, help=config_help)
     boot.add_argument("--snapshot", required=True, help="messages, <db>/<table>/*.parquet|csv or a manifest")
     boot.add_argument("--position", default=None, help="source position the snapshot was taken at")
     boot.add_argument("--restart", action="store_true", help="replace mirrors left by an earlier bootstrap")
-    boot.add_argument("--no-progress", action="store_true")
+    boot.add_argument("--no-progress", action="store_true", help="no progress bar on a terminal")
     boot.set_defaults(func=_bootstrap)
 
-    rep = sub.add_parser("replay", help="rebuild mirrors as of a time or position from the change log")
-    rep.add_argument("--config", required=True)
+    rep = _command(
+        sub,
+        "replay",
+        "rebuild mirrors as of a time or position from the change log, into another folder",
+        "replicator replay --config conf/shop.yaml --as-of 2024-05-01T12:00:00Z --target-path asof/",
+    )
+    rep.add_argument("--config", required=True, help=config_help)
     cut = rep.add_mutually_exclusive_group(required=True)
     cut.add_argument("--as-of", default=None, help="source event time: ISO-8601 or epoch ms (inclusive)")
     cut.add_argument("--position", default=None, help="source position (inclusive)")
     cut.add_argument("--mirror-version", default=None, help="Delta time travel: version or time")
-    rep.add_argument("--target-path", required=True)
-    rep.add_argument("--tables", default=None, help="glob on database.table")
+    rep.add_argument("--target-path", required=True, help="the folder the replayed mirrors are written to")
+    rep.add_argument("--tables", default=None, help="glob on database.table (default: every table)")
     rep.set_defaults(func=_replay)
 
-    opt = sub.add_parser("optimize", help="cluster mirrors by primary key (z-order) and vacuum them")
-    opt.add_argument("--config", required=True)
-    opt.add_argument("--tables", default=None, help="glob on database.table")
+    opt = _command(
+        sub,
+        "optimize",
+        "cluster mirrors by primary key (z-order) and vacuum them",
+        "replicator optimize --config conf/shop.yaml --tables 'shop.*' --vacuum-hours 168",
+    )
+    opt.add_argument("--config", required=True, help=config_help)
+    opt.add_argument("--tables", default=None, help="glob on database.table (default: every table)")
     opt.add_argument(
         "--vacuum-hours", type=int, default=None, help="also remove unreferenced files older than this"
     )
     opt.add_argument(
-        "--target-file-size", type=int, default=None, help="bytes per data file (default 100 MB)"
+        "--target-file-size", type=int, default=None, help="bytes per data file (default: 100 MB)"
     )
     opt.set_defaults(func=_optimize)
 
-    status = sub.add_parser("status", help="tables, phases, positions, dead letters, recent batches")
-    status.add_argument("--config", required=True)
-    status.add_argument("--json", action="store_true")
+    status = _command(
+        sub,
+        "status",
+        "tables, phases, positions, lag, dead letters and recent batches of a job",
+        "replicator status --config conf/shop.yaml --html lag.html",
+    )
+    status.add_argument("--config", required=True, help=config_help)
+    status.add_argument("--json", action="store_true", help="one JSON document")
     status.add_argument(
         "--batches", type=int, default=None, help="how many recent micro-batches to show (10; --html: 500)"
     )
     status.add_argument("--html", default=None, metavar="FILE", help="write a self-contained HTML report")
     status.set_defaults(func=_status)
 
-    dead = sub.add_parser(
-        "dead-letters", help="dead letters by table and error; `retry` re-drives them (docs/operations.md)"
+    dead = _command(
+        sub,
+        "dead-letters",
+        "dead letters by table and error; `retry` re-drives them (docs/operations.md)",
+        "replicator dead-letters --config conf/shop.yaml retry --table 'shop.*'",
     )
-    dead.add_argument("--config", help="job file (YAML)")
-    dead.add_argument("--json", action="store_true")
+    dead.add_argument("--config", help=config_help)
+    dead.add_argument("--json", action="store_true", help="one JSON document")
     dead.set_defaults(func=_dead_letters, action=None)
-    dead_sub = dead.add_subparsers(dest="action")
-    again = dead_sub.add_parser("retry", help="re-drive pending dead letters through the engine, once")
+    dead_sub = dead.add_subparsers(dest="action", metavar="ACTION", help="retry: re-drive them (optional)")
+    again = _command(
+        dead_sub,
+        "retry",
+        "re-drive pending dead letters through the engine, once",
+        "replicator dead-letters retry --config conf/shop.yaml --error 'no primary key'",
+    )
     # SUPPRESS: `dead-letters --config F retry` keeps F (a sub-parser default would overwrite it)
-    again.add_argument("--config", default=argparse.SUPPRESS, help="job file (YAML)")
-    again.add_argument("--table", default=None, help="glob on database.table")
+    again.add_argument("--config", default=argparse.SUPPRESS, help=config_help)
+    again.add_argument("--table", default=None, help="glob on database.table (default: every table)")
     again.add_argument("--error", default=None, help="only dead letters whose error contains this text")
     again.add_argument("--batch", type=int, default=None, help="only dead letters of this batch")
 
-    show = sub.add_parser("show", help="print mirror tables (rows ordered by primary key)")
-    show.add_argument("--config", required=True)
-    show.add_argument("--table", default=None, help="glob on database.table")
-    show.add_argument("--limit", type=int, default=50)
+    show = _command(
+        sub,
+        "show",
+        "print mirror tables (rows ordered by primary key)",
+        "replicator show --config conf/shop.yaml --table 'shop.orders' --limit 20",
+    )
+    show.add_argument("--config", required=True, help=config_help)
+    show.add_argument("--table", default=None, help="glob on database.table (default: every table)")
+    show.add_argument("--limit", type=int, default=50, help="rows per table")
     show.set_defaults(func=_show)
 
-    archive = sub.add_parser(
-        "jvm-archive", help="write the class archive the Spark driver JVM starts from (docs/operations.md)"
+    archive = _command(
+        sub,
+        "jvm-archive",
+        "write the class archive the Spark driver JVM starts from (docs/operations.md)",
+        "replicator jvm-archive",
     )
     archive.add_argument("--path", default=None, help="where (default: the installation's, see the docs)")
     archive.set_defaults(func=_jvm_archive)
 
-    fetch = sub.add_parser(
-        "jars", help="fetch the JVM parts from Maven Central (Kafka connector, Delta, broker, Debezium)"
+    fetch = _command(
+        sub,
+        "jars",
+        "fetch the JVM parts from Maven Central (Kafka connector, Delta, broker, Debezium)",
+        "replicator jars --group spark",
     )
     fetch.add_argument(
         "--group", action="append", choices=("spark", "kafka", "connect"), help="only this group (repeatable)"

@@ -34,6 +34,7 @@ class MirrorJob:
         self._stop = threading.Event()
         self.error: BaseException | None = None
         self.progress = None  # progress.CatchUp of an --available-now run (a bar on a terminal)
+        self.summaries: list[BatchSummary] = []  # this run's applied batches (replicator.commands.outcome)
 
     def _batch(self, frame: DataFrame, batch_id: int) -> None:
         with self._lock:
@@ -49,6 +50,7 @@ class MirrorJob:
                 raise
 
     def _applied(self, summary: BatchSummary) -> None:
+        self.summaries.append(summary)
         if self.progress is not None:
             self.progress.add_events(summary.events)
 
@@ -60,7 +62,7 @@ class MirrorJob:
         warming = threading.Thread(target=warm_workers, args=(self.spark, self.config), daemon=True)
         warming.start()  # the Python workers start while the query does
         # A batch Spark committed while the last run applied it (trigger.overlap) is applied first.
-        self.engine.recover(self.spark)
+        self.summaries += self.engine.recover(self.spark)
         self.engine.on_batch = self._applied
         stream = build_stream(self.spark, self.config)
         writer = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 from typing import Any
 
 from replicator.config import JobConfig
@@ -103,8 +104,19 @@ def print_tables(config: JobConfig, pattern: str | None = None, limit: int = 50)
     import pyarrow.compute as pc
 
     state = State(config.state.path, config.name, writer_factory(config.target.writer))
-    for table in sorted(state.tables().values(), key=lambda t: t.id):
-        name = table_label((table.database, table.schema, table.table))
+    tables = sorted(state.tables().values(), key=lambda t: t.id)
+    names = [table_label((t.database, t.schema, t.table)) for t in tables]
+    if not tables:
+        print(
+            f"replicator: no mirror tables yet (job {config.name}, state {config.state.path})",
+            file=sys.stderr,
+        )
+        return 1
+    if pattern and not any(fnmatchcase(name, pattern) for name in names):
+        listed = ", ".join(names[:10]) + (" …" if len(names) > 10 else "")
+        print(f"replicator: no mirror table matches {pattern!r}; the tables: {listed}", file=sys.stderr)
+        return 1
+    for table, name in zip(tables, names, strict=True):
         if pattern and not fnmatchcase(name, pattern):
             continue
         mirror = state.writer(table.mirror)

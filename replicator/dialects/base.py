@@ -37,6 +37,23 @@ RawTuple = tuple[bytes | None, str | None, int | None, int | None, bytes | None]
 NOT_UTF8 = "not valid UTF-8"
 NOT_JSON = "not JSON: the record does not parse as a JSON document"
 NOT_OBJECT = "not a JSON object: a message must be an object"
+JSON_LINES = (
+    "; it holds {n} lines that each parse as JSON: a *.json file is one document (a message or an array), "
+    "name a file of one message per line *.jsonl"
+)
+
+
+def _lines_hint(raw: bytes) -> str:
+    """Why a document did not parse, where it is JSON lines in a ``*.json`` file (a common mistake)."""
+    lines = [line for line in raw.split(b"\n", 3)[:3] if line.strip()]
+    if len(lines) < 2:
+        return ""
+    try:
+        for line in lines:
+            loads(line)
+    except ValueError:
+        return ""
+    return JSON_LINES.format(n=raw.count(b"\n") + (not raw.endswith(b"\n")))
 
 
 @dataclass(frozen=True)
@@ -185,7 +202,7 @@ class Decoder:
             document = loads(raw)
         except ValueError:
             if not self._elements_apart(raw, at, out):
-                out.fail(at, None, NOT_JSON if _utf8(raw) else NOT_UTF8)
+                out.fail(at, None, (NOT_JSON + _lines_hint(raw)) if _utf8(raw) else NOT_UTF8)
             return
         if type(document) is list:
             if not document:

@@ -1,0 +1,150 @@
+"""What a new user sees (issue 33): a run that applies nothing says so and fails, user mistakes are one line
+with exit code 2, silent no-ops speak."""
+
+from __future__ import annotations
+
+import gc
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import canal, order, write_jsonl
+
+ES = 1_700_000_000_000
+
+
+def job_file(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        textwrap.dedent("""
+        name: first-hour
+        source: {type: files, path: landing, dialect: canal-json}
+        target: {path: lake}
+        state: {path: state}
+        """)
+        + extra,
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.fixture
+def in_process(spark, monkeypatch, tmp_path):
+    """``replicator`` in this process on the tests' session; the command's frozen start given back."""
+    import replicator.spark
+    from replicator.commands.cli import main
+
+    monkeypatch.setattr(replicator.spark, "get_spark", lambda config: spark)
+    monkeypatch.chdir(tmp_path)
+    yield main
+    gc.unfreeze()
+    gc.enable()
+
+
+def unkeyed(i: int) -> dict:
+    message = canal("INSERT", [order(i)], es=ES + i, table="events")
+    message["pkNames"] = None  # canal-json without keys: a table whose key the job file must give
+    return message
+
+
+def test_a_run_that_dead_letters_every_record_of_a_new_table_says_so_and_exits_4(
+    in_process, tmp_path, capsys
+):
+    write_jsonl(tmp_path / "landing" / "a.jsonl", [unkeyed(i) for i in range(1, 6)])
+    write_jsonl(tmp_path / "landing" / "b.jsonl", [canal("INSERT", [order(1), order(2)], es=ES)])
+    code = in_process(["mirror", "--config", str(job_file(tmp_path)), "--available-now"])
+    out, err = capsys.readouterr()
+    assert code == 4
+    line = out.strip().splitlines()[-1]
+    assert "6 records in 1 batch: 2 applied, 0 filtered, 5 dead letters" in line, line
+    assert "most frequent error (5×): missing primary key (pkNames is empty)" in line
+    assert "replicator dead-letters --config" in line
+    assert "every record of 1 table (shop.events) became a dead letter" in err
+    assert "dead_tables: warn" in err
+
+
+def test_dead_tables_warn_exits_0_with_the_same_summary(in_process, tmp_path, capsys):
+    write_jsonl(tmp_path / "landing" / "a.jsonl", [unkeyed(1)])
+    code = in_process(
+        ["mirror", "--config", str(job_file(tmp_path, "dead_tables: warn\n")), "--available-now"]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert "1 record in 1 batch: 0 applied, 0 filtered, 1 dead letter;" in out
+    assert "every record of 1 table (shop.events)" in err
+
+
+def test_a_clean_run_prints_its_summary_and_a_table_applied_before_is_no_failure(
+    in_process, tmp_path, capsys
+):
+    config = job_file(tmp_path)
+    write_jsonl(tmp_path / "landing" / "a.jsonl", [canal("INSERT", [order(1)], es=ES)])
+    assert in_process(["mirror", "--config", str(config), "--available-now"]) == 0
+    assert "1 record in 1 batch: 1 applied, 0 filtered, 0 dead letters" in capsys.readouterr().out
+    # The same table later sends a value its column cannot hold: dead letters, but the table was applied.
+    bad = canal("INSERT", [order(2, amount="not a number")], es=ES + 1)
+    write_jsonl(tmp_path / "landing" / "b.jsonl", [bad])
+    assert in_process(["mirror", "--config", str(config), "--available-now"]) == 0
+    out = capsys.readouterr().out
+    assert "0 applied, 0 filtered, 1 dead letter;" in out
+    assert in_process(["mirror", "--config", str(config), "--available-now"]) == 0
+    assert "nothing new to mirror" in capsys.readouterr().out
+
+
+def test_user_mistakes_are_one_line_with_exit_code_2(tmp_path, capsys):
+    from replicator.commands.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--log-level", "chatty", "status", "--config", "x.yaml"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'CHATTY'" in capsys.readouterr().err
+    assert main(["decode", str(tmp_path / "missing.jsonl")]) == 2
+    assert (
+        capsys.readouterr().err.strip()
+        == f"replicator: decode: {tmp_path / 'missing.jsonl'}: no such file or folder"
+    )
+    (tmp_path / "empty").mkdir()
+    assert main(["decode", str(tmp_path / "empty")]) == 2
+    assert "no message files in it" in capsys.readouterr().err
+    bad = job_file(tmp_path, "tables: {key: {'shop.*': [id]}}\n")
+    assert main(["status", "--config", str(bad)]) == 2
+    assert "tables.key: unknown key; did you mean 'keys'?" in capsys.readouterr().err
+
+
+def test_version_and_every_option_has_help(capsys):
+    from replicator.commands.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--version"])
+    assert capsys.readouterr().out.startswith("replicator ")
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    for name, command in commands.items():
+        assert command.description and "example:" in (command.epilog or ""), name
+        for action in command._actions:
+            assert action.help, f"{name} {action.option_strings}"
+
+
+def test_decode_reads_ndjson_and_warns_of_events_without_a_key(tmp_path, capsys):
+    from replicator.commands.cli import main
+
+    message = unkeyed(1)
+    write_jsonl(tmp_path / "m.ndjson", [message])
+    assert main(["decode", str(tmp_path / "m.ndjson"), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert '"op": "insert"' in out or '"error"' in out
+    keyed = canal("INSERT", [order(1)], es=ES)
+    write_jsonl(tmp_path / "k.ndjson", [keyed])
+    assert main(["decode", str(tmp_path / "k.ndjson"), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert '"op": "insert"' in out and "carry no primary key" not in err
+
+
+def test_json_lines_in_a_json_file_get_a_hint(tmp_path, capsys):
+    from replicator.commands.cli import main
+
+    write_jsonl(tmp_path / "m.json", [canal("INSERT", [order(1)], es=ES), canal("INSERT", [order(2)], es=ES)])
+    assert main(["decode", str(tmp_path / "m.json"), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "holds 2 lines that each parse as JSON" in out and "*.jsonl" in out
