@@ -90,6 +90,29 @@ def test_a_clean_run_prints_its_summary_and_a_table_applied_before_is_no_failure
     assert "0 applied, 0 filtered, 1 dead letter;" in out
     assert in_process(["mirror", "--config", str(config), "--available-now"]) == 0
     assert "nothing new to mirror" in capsys.readouterr().out
+    # status: human lag, plurals, and each batch's counts adding up as printed.
+    from replicator.commands.status import print_status
+    from replicator.config import load_config
+
+    assert print_status(load_config(config)) == 0
+    out = capsys.readouterr().out
+    assert "job first-hour: 1 table, 1 pending dead letter" in out
+    assert "#0: 1 record in, 1 item = 1 applied + 0 filtered + 0 dead letters;" in out
+    assert "#1: 1 record in, 1 item = 0 applied + 0 filtered + 1 dead letter;" in out
+    lag = next(line for line in out.splitlines() if line.startswith("shop.orders"))
+    assert " y " in lag and " d " in lag, lag  # the event time is from 2023: years and days, not seconds
+
+
+def test_human_durations():
+    from replicator.commands.status import human_duration
+
+    cases = {None: "-", 0.25: "0.2 s", 23: "23 s", 63: "1 min 3 s", 3600: "1 h", 3725: "1 h 2 min"}
+    cases |= {
+        3 * 86400 + 4 * 3600 + 59: "3 d 4 h",
+        2 * 365 * 86400 + 11 * 86400 + 5: "2 y 11 d",
+        -30: "-30 s",
+    }
+    assert {k: human_duration(k) for k in cases} == cases
 
 
 def test_user_mistakes_are_one_line_with_exit_code_2(tmp_path, capsys):

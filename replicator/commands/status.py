@@ -70,30 +70,61 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
     }
 
 
+_UNITS = (("y", 365 * 86400), ("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+
+
+def human_duration(seconds: float | None) -> str:
+    """``23 s``, ``4 min 3 s``, ``2 h 5 min``, ``2y 11d`` style: the two largest units, rounded down;
+    ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    if seconds < 0:  # an event time ahead of this clock (a producer's clock, a zone set wrong)
+        return "-" + human_duration(-seconds)
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    left, parts = int(seconds), []
+    for unit, size in _UNITS:
+        if left >= size or (unit == "s" and not parts):
+            parts.append(f"{left // size} {unit}")
+            left %= size
+        if len(parts) == 2 or (parts and not left):
+            break
+    return " ".join(parts)
+
+
 def print_status(config: JobConfig, as_json: bool = False, last_batches: int = 10) -> int:
     status = collect_status(config, last_batches)
     if as_json:
         print(json.dumps(status, indent=1, default=str))
         return 0
-    print(f"job {status['job']}: {len(status['tables'])} tables, {status['dead_letters']} dead letters")
+    from replicator.commands.outcome import plural
+
+    print(
+        f"job {status['job']}: {plural(len(status['tables']), 'table')}, "
+        f"{plural(status['dead_letters'], 'pending dead letter')}"
+    )
     if status["pending"]:
         ids = ", ".join(str(b) for b in status["pending"])
         print(f"batches left pending by the last run (applied first by the next one): {ids}")
     print(
-        f"{'table':32} {'phase':18} {'rows':>10} {'snapshot':>10} {'dead':>6} {'lag(s)':>10}  "
+        f"{'table':32} {'phase':18} {'rows':>10} {'snapshot':>10} {'dead':>6} {'lag':>12}  "
         "last position @ event time"
     )
     for t in status["tables"]:
-        lag = f"{t['lag_seconds']:.0f}" if t["lag_seconds"] is not None else "-"
+        lag = human_duration(t["lag_seconds"])
         print(
-            f"{t['table']:32} {t['phase']:18} {t['rows']:>10} {t['snapshot_rows']:>10} "
-            f"{t['dead_letters']:>6} {lag:>10}  {t['last_position'] or '-'} @ {t['last_event_time'] or '-'}"
+            f"{t['table']:32} {t['phase']:18} {t['rows']:>10,} {t['snapshot_rows']:>10,} "
+            f"{t['dead_letters']:>6,} {lag:>12}  {t['last_position'] or '-'} @ {t['last_event_time'] or '-'}"
         )
+    print("lag: now minus the newest applied source event time (it grows while nothing new arrives)")
     print("recent batches:")
     for b in status["batches"]:
+        # The accounting rule (docs/operations.md): decoded items = applied + filtered + dead letters.
+        items = b["applied"] + b["filtered"] + b["dead_letters"]
         print(
-            f"  #{b['batch_id']}: {b['records_in']} records, {b['events']} events, {b['applied']} applied, "
-            f"{b['filtered']} filtered, {b['dead_letters']} dead letters, {b['duration_ms']} ms"
+            f"  #{b['batch_id']}: {plural(b['records_in'], 'record')} in, {plural(items, 'item')} = "
+            f"{b['applied']:,} applied + {b['filtered']:,} filtered + "
+            f"{plural(b['dead_letters'], 'dead letter')}; {human_duration(b['duration_ms'] / 1000)}"
         )
     return 0
 
