@@ -171,3 +171,55 @@ def test_json_lines_in_a_json_file_get_a_hint(tmp_path, capsys):
     assert main(["decode", str(tmp_path / "m.json"), "--json"]) == 0
     out = capsys.readouterr().out
     assert "holds 2 lines that each parse as JSON" in out and "*.jsonl" in out
+
+
+def test_dead_letters_show_the_debezium_row_and_where_it_came_from_and_discard_sets_them_aside(
+    spark, tmp_path, capsys
+):
+    from replicator.commands.cli import main
+    from replicator.commands.deadletters import pending, summarize
+    from replicator.commands.status import collect_status
+    from replicator.sinks import writer_factory
+    from replicator.state import State
+    from tests.helpers import Runner, job
+
+    schema = {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": []}]}
+    envelope = {
+        "schema": schema,
+        "payload": {
+            "before": None,
+            "after": {"id": 7, "name": "seven"},
+            "source": {"connector": "mysql", "db": "shop", "table": "items", "file": "b.000001", "pos": 4},
+            "op": "c",
+            "ts_ms": ES,
+        },
+    }
+    config = job(tmp_path, source={"dialect": "debezium"})
+    Runner(spark, config).messages(tmp_path, [envelope, "{truncated"])
+    groups = {g["table"]: g for g in summarize(config)["groups"]}
+    row = groups["shop.items"]
+    assert row["example"].startswith('{"payload": {"before": null, "after": {"id": 7'), row["example"]
+    assert row["example_at"].endswith("/m.jsonl:1") and len(row["example_id"]) == 12
+    broken = groups["(undecodable)"]
+    assert broken["example_at"].endswith("/m.jsonl:2")
+
+    (tmp_path / "job.yaml").write_text(
+        "name: test-job\nsource: {type: files, path: landing, dialect: debezium}\n"
+        "target: {path: lake}\nstate: {path: state}\n"
+    )
+    with pytest.raises(SystemExit):  # a discard needs a reason
+        main(
+            ["dead-letters", "discard", "--config", str(tmp_path / "job.yaml"), "--id", broken["example_id"]]
+        )
+    capsys.readouterr()
+    state = State(config.state.path, config.name, writer_factory("delta-rs"))
+    from replicator.commands.deadletters import discard
+
+    assert discard(config, "a half-written line", ids=[broken["example_id"]]) == 1
+    assert [r["error"] for r in pending(state)] == [row["error"]]
+    status = collect_status(config)
+    assert (status["dead_letters"], status["discarded_dead_letters"]) == (1, 1)
+    assert summarize(config)["discarded"] == 1
+    marks = state.table("dead_letter_discards").read().to_pylist()
+    assert marks[0]["reason"] == "a half-written line" and "@" in marks[0]["discarded_by"]
+    assert discard(config, "again", ids=[broken["example_id"]]) == 0  # no longer pending

@@ -218,6 +218,18 @@ def _dead_letters(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.action == "retry":
         return _exit_now(print_retry(config, table=args.table, error=args.error, batch=args.batch))
+    if args.action == "discard":
+        from replicator.commands.deadletters import print_discard
+
+        if not (args.table or args.error or args.batch is not None or args.id):
+            raise ConfigError(
+                "dead-letters discard: select what to discard: --table, --error, --batch or --id"
+            )
+        return _exit_now(
+            print_discard(
+                config, args.reason, table=args.table, error=args.error, batch=args.batch, ids=args.id
+            )
+        )
     return _exit_now(print_summary(config, as_json=args.json))
 
 
@@ -393,7 +405,9 @@ def build_parser() -> argparse.ArgumentParser:
     dead.add_argument("--config", help=config_help)
     dead.add_argument("--json", action="store_true", help="one JSON document")
     dead.set_defaults(func=_dead_letters, action=None)
-    dead_sub = dead.add_subparsers(dest="action", metavar="ACTION", help="retry: re-drive them (optional)")
+    dead_sub = dead.add_subparsers(
+        dest="action", metavar="ACTION", help="retry: re-drive them; discard: set them aside (optional)"
+    )
     again = _command(
         dead_sub,
         "retry",
@@ -405,6 +419,20 @@ def build_parser() -> argparse.ArgumentParser:
     again.add_argument("--table", default=None, help="glob on database.table (default: every table)")
     again.add_argument("--error", default=None, help="only dead letters whose error contains this text")
     again.add_argument("--batch", type=int, default=None, help="only dead letters of this batch")
+    drop = _command(
+        dead_sub,
+        "discard",
+        "set aside dead letters that can never succeed: kept, recorded with who/when/why, no longer pending",
+        "replicator dead-letters discard --config conf/shop.yaml --error truncated --reason 'broken export'",
+    )
+    drop.add_argument("--config", default=argparse.SUPPRESS, help=config_help)
+    drop.add_argument("--table", default=None, help="glob on database.table")
+    drop.add_argument("--error", default=None, help="dead letters whose error contains this text")
+    drop.add_argument("--batch", type=int, default=None, help="dead letters of this batch")
+    drop.add_argument(
+        "--id", action="append", default=None, help="a dead letter's id, as listed (repeatable)"
+    )
+    drop.add_argument("--reason", required=True, help="why: recorded with the discard")
 
     show = _command(
         sub,

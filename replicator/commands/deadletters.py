@@ -43,7 +43,15 @@ RETRIES_SCHEMA = pa.schema(
         ("retried_at", pa.timestamp("us", tz="UTC")),
     ]
 )
-EXAMPLE_CHARS = 120
+DISCARDS_SCHEMA = pa.schema(
+    [
+        *(DEAD_LETTER_SCHEMA.field(name) for name in IDENTITY),
+        ("discarded_at", pa.timestamp("us", tz="UTC")),
+        ("discarded_by", pa.string()),
+        ("reason", pa.string()),
+    ]
+)
+EXAMPLE_CHARS = 160
 
 
 def _state(config: JobConfig) -> State:
@@ -66,6 +74,21 @@ def read_marks(state: State) -> dict[tuple[Any, ...], int]:
     return {_identity(r): r["retried_by"] for r in marks.read().to_pylist()}
 
 
+def read_discards(state: State) -> set[tuple[Any, ...]]:
+    """Dead letters set aside by ``dead-letters discard`` (kept, never re-driven, not pending)."""
+    marks = state.table("dead_letter_discards")
+    if not marks.exists():
+        return set()
+    return {_identity(r) for r in marks.read(list(IDENTITY)).to_pylist()}
+
+
+def dead_letter_id(row: dict[str, Any]) -> str:
+    """A dead letter's short id (a hash of its batch and coordinates): what `discard --id` takes."""
+    import hashlib
+
+    return hashlib.sha256(repr(_identity(row)).encode()).hexdigest()[:12]
+
+
 def read_dead_letters(state: State, columns: list[str] | None = None) -> list[dict[str, Any]]:
     dead = state.table("dead_letters")
     if not dead.exists():
@@ -76,7 +99,10 @@ def read_dead_letters(state: State, columns: list[str] | None = None) -> list[di
 def pending(state: State) -> list[dict[str, Any]]:
     """Dead letters no retry has re-driven, in batch and coordinate order."""
     marks = read_marks(state)
-    rows = [r for r in read_dead_letters(state) if _identity(r) not in marks]
+    discarded = read_discards(state)
+    rows = [
+        r for r in read_dead_letters(state) if _identity(r) not in marks and _identity(r) not in discarded
+    ]
     return sorted(rows, key=lambda r: tuple((v is None, v if v is not None else 0) for v in _identity(r)))
 
 
@@ -96,6 +122,8 @@ def summarize(config: JobConfig) -> dict[str, Any]:
                 "first_batch": r["batch_id"],
                 "last_batch": r["batch_id"],
                 "example": _example(r),
+                "example_at": _where(r),
+                "example_id": dead_letter_id(r),
             },
         )
         group["count"] += 1
@@ -105,15 +133,40 @@ def summarize(config: JobConfig) -> dict[str, Any]:
         "job": config.name,
         "pending": len(rows),
         "retried": len(read_marks(state)),
+        "discarded": len(read_discards(state)),
         "groups": sorted(groups.values(), key=lambda g: (-g["count"], g["table"], g["error"] or "")),
     }
 
 
 def _example(row: dict[str, Any]) -> str:
+    """The start of the record's text; of a Debezium envelope with schemas, its ``payload`` (the row), not
+    the schema that opens every such message."""
     text = row.get("raw_text")
     if text is None:
         text = repr(row["raw"][:EXAMPLE_CHARS]) if row.get("raw") is not None else "(no raw bytes)"
+    elif text.lstrip().startswith('{"schema"') and len(text) < 4_000_000:
+        from replicator.dialects.jsontext import loads
+
+        try:
+            document = loads(text)
+        except ValueError:
+            document = None
+        if isinstance(document, dict) and "payload" in document:
+            text = json.dumps({"payload": document["payload"]}, ensure_ascii=False, default=str)
     return text if len(text) <= EXAMPLE_CHARS else text[: EXAMPLE_CHARS - 3] + "..."
+
+
+def _where(row: dict[str, Any]) -> str:
+    """Where the record came from: ``file:line`` (an array document's element too) or
+    ``topic[partition]@offset``."""
+    source, partition, offset = row.get("source"), row.get("partition"), row.get("offset")
+    if source is None:
+        return "-"
+    if str(source).startswith("file:"):
+        document = str(source).endswith(".json") and row.get("index") is not None  # an array's element
+        element = f" element {row['index']}" if document else ""
+        return f"{str(source)[len('file:') :]}:{offset}{element}"
+    return f"{source}[{partition}]@{offset}"
 
 
 def print_summary(config: JobConfig, as_json: bool = False) -> int:
@@ -121,7 +174,10 @@ def print_summary(config: JobConfig, as_json: bool = False) -> int:
     if as_json:
         print(json.dumps(summary, indent=1, ensure_ascii=False, default=str))
         return 0
-    print(f"job {summary['job']}: {summary['pending']} dead letters pending, {summary['retried']} retried")
+    print(
+        f"job {summary['job']}: {summary['pending']} dead letters pending, {summary['retried']} retried, "
+        f"{summary['discarded']} discarded"
+    )
     for g in summary["groups"]:
         batches = (
             f"batch {g['first_batch']}"
@@ -131,6 +187,46 @@ def print_summary(config: JobConfig, as_json: bool = False) -> int:
         print(f"{g['count']:>8}  {g['table']}  ({batches})")
         print(f"          error:   {g['error']}")
         print(f"          example: {g['example']}")
+        print(f"          at:      {g['example_at']} (id {g['example_id']})")
+    return 0
+
+
+# ---- discard --------------------------------------------------------------------------------------
+def discard(
+    config: JobConfig,
+    reason: str,
+    table: str | None = None,
+    error: str | None = None,
+    batch: int | None = None,
+    ids: list[str] | None = None,
+) -> int:
+    """Set aside pending dead letters that can never succeed: they stay in the dead-letter table, a row in
+    ``dead_letter_discards`` names each with who, when and why, and they are no longer pending (nor
+    retried). Returns how many were discarded."""
+    import getpass
+    import socket
+
+    if table is None and error is None and batch is None and not ids:
+        raise ValueError("discard needs a selection: --table, --error, --batch or --id")
+    state = _state(config)
+    chosen = select(pending(state), table, error, batch)
+    if ids:
+        chosen = [r for r in chosen if dead_letter_id(r) in set(ids)]
+    if not chosen:
+        return 0
+    who = f"{getpass.getuser()}@{socket.gethostname()}"
+    stamp = {"discarded_at": now(), "discarded_by": who, "reason": reason}
+    rows = [{**{k: r[k] for k in IDENTITY}, **stamp} for r in chosen]
+    state.table("dead_letter_discards").append(pa.Table.from_pylist(rows, DISCARDS_SCHEMA), None)
+    return len(rows)
+
+
+def print_discard(config: JobConfig, reason: str, **selection: Any) -> int:
+    count = discard(config, reason, **selection)
+    if not count:
+        print("no pending dead letters match: nothing discarded")
+        return 0
+    print(f"discarded {count} dead letters (kept in dead_letters, listed in dead_letter_discards)")
     return 0
 
 

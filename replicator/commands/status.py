@@ -18,13 +18,18 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
     now = dt.datetime.now(dt.UTC)
     dead_by_table: dict[str, int] = {}
     dead_total = 0
+    discarded_total = 0
     dead = state.table("dead_letters")
     if dead.exists():
-        from replicator.commands.deadletters import IDENTITY, read_marks
+        from replicator.commands.deadletters import IDENTITY, read_discards, read_marks
 
         retried = read_marks(state)  # re-driven by `dead-letters retry`: no longer pending
+        discarded = read_discards(state)  # set aside by `dead-letters discard`: counted apart
         for row in dead.read(["database", "table", *IDENTITY]).to_pylist():
-            if tuple(row[k] for k in IDENTITY) in retried:
+            identity = tuple(row[k] for k in IDENTITY)
+            if identity in discarded:
+                discarded_total += 1
+            if identity in retried or identity in discarded:
                 continue
             dead_total += 1
             name = ".".join(p for p in (row["database"], row["table"]) if p) or "(undecodable)"
@@ -65,6 +70,7 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
         "job": config.name,
         "tables": tables,
         "dead_letters": dead_total,
+        "discarded_dead_letters": discarded_total,
         "batches": batches,
         "pending": pending,
     }
@@ -102,6 +108,7 @@ def print_status(config: JobConfig, as_json: bool = False, last_batches: int = 1
     print(
         f"job {status['job']}: {plural(len(status['tables']), 'table')}, "
         f"{plural(status['dead_letters'], 'pending dead letter')}"
+        + (f", {status['discarded_dead_letters']:,} discarded" if status["discarded_dead_letters"] else "")
     )
     if status["pending"]:
         ids = ", ".join(str(b) for b in status["pending"])
