@@ -7,6 +7,7 @@ import fcntl
 import io
 import os
 import pty
+import re
 import struct
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import termios
 import textwrap
 from pathlib import Path
 
+import pyte
 import pytest
 
 from replicator.commands.progress import CatchUp, checkpoint_files, listed_files
@@ -142,7 +144,20 @@ def test_cli_shows_the_bar_on_a_pseudo_terminal_only(tmp_path):
     assert proc.wait(timeout=300) == 0, seen[-3000:]
     os.close(leader)
     assert b"catch-up" in seen and b"3/3" in seen, seen[-3000:]
-    assert b"[info     ] batch" in seen  # the batch log is still shown (above the bar)
+    # What a person sees: the bytes played on a 120x40 terminal emulator (pyte), as the screen ends.
+    screen = pyte.Screen(120, 40)
+    pyte.ByteStream(screen).feed(seen.replace(b"\n", b"\r\n"))
+    rows = [row.rstrip() for row in screen.display if row.strip()]
+    batch_rows = [r for r in rows if r.startswith("batch ")]
+    assert batch_rows and all(
+        re.fullmatch(r"batch \d+: [\d,]+ events, .* dead letters, [\d.]+ s", r) for r in batch_rows
+    ), rows
+    [bar] = [i for i, r in enumerate(rows) if r.startswith("catch-up")]  # one bar, drawn in place
+    assert rows[bar].startswith("catch-up: 100%") and "3/3" in rows[bar] and rows[bar].endswith("]"), rows
+    assert rows.index(batch_rows[-1]) < bar  # the batch lines stay above it, whole
+    assert not any("WARN" in r or "log4j" in r or "incubator" in r for r in rows), rows  # no JVM noise
+    assert not any('"event"' in r or "[info" in r for r in rows), rows  # no long log lines
+    assert (tmp_path / "state" / "logs" / "spark-driver.log").stat().st_size > 0  # the JVM's lines went there
 
     landing(tmp_path, ["d.jsonl"], start=10)
     piped = subprocess.run(

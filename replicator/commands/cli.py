@@ -4,6 +4,7 @@ jvm-archive."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -38,7 +39,8 @@ def _mirror(args: argparse.Namespace) -> int:
         # meanwhile. An import that fails there fails again below, in the main thread.
         preload = threading.Thread(target=_preload, name="preload", daemon=True)
         preload.start()
-        spark = get_spark(config)
+        with _jvm_output_aside(config):
+            spark = get_spark(config)
         preload.join()
         from replicator.commands.runner import MirrorJob
 
@@ -58,6 +60,28 @@ def _mirror(args: argparse.Namespace) -> int:
         if config.dead_tables == "fail":
             return DEAD_TABLES_EXIT
     return code
+
+
+@contextlib.contextmanager
+def _jvm_output_aside(config):  # type: ignore[no-untyped-def]
+    """On a terminal, Spark's JVM (started by this driver) writes its start-up lines and later warnings into
+    ``<state.path>/logs/spark-driver.log`` instead of over the screen: its standard error is this process's
+    file 2 when it starts, so file 2 points at the log while it starts."""
+    if not sys.stderr.isatty() or "PYSPARK_GATEWAY_PORT" in os.environ:
+        yield
+        return
+    folder = config.state.path / "logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    log = os.open(folder / "spark-driver.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 2)
+    os.close(log)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _preload() -> None:
@@ -309,6 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=LOG_LEVELS,
         help="log lines at this level and above",
     )
+    parser.add_argument(
+        "--log-file", default=None, metavar="FILE", help="also append every log line here, as JSON"
+    )
     parser.add_argument("--version", action="version", version=f"replicator {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     config_help = "the job file (YAML, docs/configuration.md)"
@@ -469,7 +496,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    configure(args.log_level)
+    try:
+        configure(args.log_level, log_file=args.log_file)
+    except OSError as exc:
+        print(f"replicator: --log-file: cannot write {args.log_file}: {exc.strerror}", file=sys.stderr)
+        return 2
     log = get_logger("replicator")
     try:
         return int(args.func(args) or 0)

@@ -138,6 +138,23 @@ class CatchUp:
         )
         if stream is sys.stderr:
             self._stderr, sys.stderr = sys.stderr, _AboveTheBar(stream)  # type: ignore[assignment]
+        # The bar owns the terminal: a batch is one short line above it (note), not the ~600-character
+        # log line, which wrapped over several rows that the bar's redraw then cut. Warnings still show;
+        # --log-file or a pipe gets the full lines.
+        from replicator.logging import quiet_console
+
+        quiet_console(True)
+
+    def note(self, summary: Any) -> None:
+        """One short line for an applied batch, above the bar, cut to the terminal's width."""
+        if self.bar is None:
+            return
+        line = (
+            f"batch {summary.batch_id}: {summary.events:,} events, {summary.applied:,} applied, "
+            f"{summary.dead_letters:,} dead letters, {summary.duration_ms / 1000:.1f} s"
+        )
+        width = self.bar.ncols or _columns(self.bar.fp) or 100
+        self.bar.write(line[: max(width - 1, 20)], file=self.bar.fp)
 
     def add_events(self, n: int) -> None:
         """A batch's events (from its summary); the bar shows events/s at its next update."""
@@ -170,9 +187,12 @@ class CatchUp:
         return max(end - start, 0)
 
     def close(self) -> None:
+        """The bar's last state; the console stays quiet until the run ends (MirrorJob.run)."""
         if self._stderr is not None:
             sys.stderr, self._stderr = self._stderr, None
         if self.bar is not None:
+            seconds = max(time.monotonic() - self._t0, 1e-6)  # the batches applied since the last update
+            self.bar.set_postfix({"events/s": f"{self.events / seconds:,.0f}"})
             self.bar.close()
 
 

@@ -53,6 +53,7 @@ class MirrorJob:
         self.summaries.append(summary)
         if self.progress is not None:
             self.progress.add_events(summary.events)
+            self.progress.note(summary)
 
     def run(self, available_now: bool = False, progress_stream: IO[str] | None = None) -> int:
         """``progress_stream``: where a catch-up's bar goes (stderr), shown only if it is a terminal."""
@@ -117,6 +118,10 @@ class MirrorJob:
             if self.progress is not None:
                 self.progress.close()
         log.info("mirror stopped", job=self.config.name)
+        if self.progress is not None:
+            from replicator.logging import quiet_console
+
+            quiet_console(False)  # the bar's run is over
         return 0
 
 
