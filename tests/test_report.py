@@ -75,7 +75,7 @@ def test_report_charts_render_in_headless_chromium(spark, tmp_path):
     config = mirror_some_batches(spark, tmp_path)
     report = collect_report(config)
     assert sorted(report["throughput"]) == ["shop.customers", "shop.orders"]
-    assert [len(report["lag"][t]) for t in ("shop.customers", "shop.orders")] == [4, 4]
+    assert [len(report["lag"][t]["stream"]) for t in ("shop.customers", "shop.orders")] == [4, 4]
     assert report["dead_letters"]["pending"] == 1
 
     page = write_report(config, tmp_path / "report.html")
@@ -112,3 +112,72 @@ def test_cli_status_html(spark, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == f"wrote {out}"
     assert out.read_text(encoding="utf-8").count("<svg") == 4
+
+
+def test_after_a_retry_every_point_is_inside_its_chart_and_retries_are_their_own_series(spark, tmp_path):
+    """A retry batch's id is 10^12 + n and its events are old: drawn by time, as a series of its own (hollow
+    dots), never stretching the stream's line past the chart or as a lag spike of the stream."""
+    import time as clock
+
+    from replicator.commands.deadletters import retry
+    from replicator.commands.report import (
+        HEIGHT,
+        PAD_BOTTOM,
+        PAD_LEFT,
+        PAD_RIGHT,
+        PAD_TOP,
+        RETRY_COLOR,
+        WIDTH,
+    )
+    from tests.test_deadletters import config, debezium, item
+
+    unkeyed = Runner(spark, config(tmp_path, keys=False))
+    unkeyed.messages(tmp_path, [debezium("c", item(i, f"v{i}"), pos=i) for i in range(1, 4)])
+    keyed_config = config(tmp_path, keys=True)
+    keyed = Runner(spark, keyed_config)
+    keyed.batch_id = 1
+    now = int(clock.time() * 1000)
+    for b in range(3):
+        keyed.messages(tmp_path, [_recent(item(10 + b, "n"), now, b)])
+    assert retry(keyed_config).batch_id is not None
+    keyed.messages(tmp_path, [_recent(item(20, "n"), now, 3)])
+
+    report = collect_report(keyed_config)
+    lag = report["lag"]["shop.items"]
+    assert len(lag["retries"]) == 1 and lag["retries"][0][1] > 1e6  # the old events: its own point
+    # the stream's lag: the batches that applied to the table (not batch 0's dead letters), recent events
+    assert len(lag["stream"]) == 4 and max(v for _t, v in lag["stream"]) < 600
+    times = [t for t, _v in lag["stream"]]
+    assert times == sorted(times)
+    flow = report["throughput"]["shop.items"]
+    assert flow["events"] and flow["rows"] and flow["retries"]
+
+    page = write_report(keyed_config, tmp_path / "report.html")
+    text = page.read_text(encoding="utf-8")
+    circles = re.findall(
+        r'<circle cx="([\d.]+)" cy="([\d.]+)" r="[\d.]+" fill="([^"]+)" stroke="([^"]+)"', text
+    )
+    assert circles and all(
+        PAD_LEFT <= float(x) <= WIDTH - PAD_RIGHT and PAD_TOP <= float(y) <= HEIGHT - PAD_BOTTOM
+        for x, y, _f, _s in circles
+    ), circles
+    assert sum(1 for _x, _y, fill, stroke in circles if stroke == RETRY_COLOR and fill == "white") == 2
+    assert text.count("</title></circle>") == len(circles)  # a value on hover for every point
+    assert (
+        "input events/s" in text and "net rows changed/s" in text and "since the newest applied event" in text
+    )
+
+    png = tmp_path / "report.png"
+    screenshot(page, png)
+    assert colour_pixels(png, RETRY_COLOR) > 20  # the retry points are drawn
+    charts = re.findall(r"data-kind='(\w+)' data-color='(#[0-9a-f]{6})'", text)
+    for kind, colour in charts:
+        assert colour_pixels(png, colour) > 200, f"the {kind} chart did not render"
+
+
+def _recent(row: dict, now_ms: int, n: int) -> dict:
+    from tests.test_deadletters import debezium
+
+    message = debezium("c", row, pos=100 + n)
+    message["source"]["ts_ms"] = message["ts_ms"] = now_ms + n
+    return message

@@ -2,11 +2,15 @@
 the engine's state: per table, lag and throughput over the recent batches as inline SVG charts; the
 tables now; the recent batches; pending dead letters by error (docs/operations.md).
 
-- Throughput: the rows a batch changed in a table (inserted + updated + deleted, from the batch summaries)
-  per second of that batch.
+- Charts are drawn against the batches' end times (never their ids: a retry's id is 10^12 + n), every
+  point inside the chart, with value ticks and each point's time and value on hover.
+- Throughput: a table's input events (the change log's rows) per second of wall time (since the job's
+  previous batch ended), and its net rows changed (inserted + updated + deleted) per second, a second line.
 - Lag: when a batch finished minus the newest source event time it applied to the table; the event times
   come from the change log (``changelog.enabled``, the default). Without a change log the lag charts say
   so and only the current lag (the table registry) is shown.
+- Retries of dead letters (old events, re-driven) are a series of their own (hollow dots), off the scale
+  of the lines.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import html
 from pathlib import Path
 from typing import Any
 
+from replicator.commands.status import human_duration
 from replicator.config import JobConfig
 from replicator.model import table_label
 
@@ -32,8 +37,11 @@ PALETTE = (
     "#bcbd22",
     "#7f7f7f",
 )
-WIDTH, HEIGHT, PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 520, 180, 72, 12, 12, 28
+WIDTH, HEIGHT, PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 520, 196, 56, 40, 24, 28
 RECENT_ROWS = 25
+
+
+RETRY_COLOR = "#ff00ff"  # retried dead letters: their own series, hollow dots, in every chart
 
 
 def collect_report(config: JobConfig, last_batches: int = 500) -> dict[str, Any]:
@@ -44,31 +52,65 @@ def collect_report(config: JobConfig, last_batches: int = 500) -> dict[str, Any]
     batches = status["batches"]
     for b in batches:
         b["finished_at"] = dt.datetime.fromisoformat(b["finished_at"])
+    events = table_events(config, batches)
     return {
         "job": config.name,
         "generated_at": dt.datetime.now(dt.UTC),
         "tables": status["tables"],
         "batches": batches,
-        "throughput": throughput_series(batches),
+        "throughput": throughput_series(batches, events),
         "lag": lag_series(config, batches),
         "dead_letters": summarize(config),
     }
 
 
-def throughput_series(batches: list[dict[str, Any]]) -> dict[str, list[tuple[dt.datetime, float]]]:
-    series: dict[str, list[tuple[dt.datetime, float]]] = {}
-    for b in batches:
-        seconds = max(b["duration_ms"], 1) / 1000
+def _retry(batch_id: int) -> bool:
+    from replicator.commands.deadletters import RETRY_BATCH_BASE
+
+    return batch_id >= RETRY_BATCH_BASE
+
+
+def _wall(batches: list[dict[str, Any]]) -> dict[int, float]:
+    """Per batch, the wall time it stands for: since the job's previous batch ended (idle time included:
+    events per second of wall time), the first one its own duration."""
+    seconds, previous = {}, None
+    for b in sorted(batches, key=lambda b: b["finished_at"]):
+        own = max(b["duration_ms"], 1) / 1000
+        since = (b["finished_at"] - previous).total_seconds() if previous is not None else own
+        seconds[b["batch_id"]] = max(since, own, 1e-3)
+        previous = b["finished_at"]
+    return seconds
+
+
+Series = dict[str, list[tuple[dt.datetime, float]]]
+
+
+def throughput_series(
+    batches: list[dict[str, Any]], events: dict[tuple[int, str], int] | None = None
+) -> dict[str, dict[str, list[tuple[dt.datetime, float]]]]:
+    """Per table: ``events`` (its input events per second of wall time, from the change log), ``rows``
+    (net rows it inserted, updated or deleted per second of wall time), ``retries`` (the events of retry
+    batches, same unit), each a time series."""
+    wall = _wall(batches)
+    series: dict[str, dict[str, list[tuple[dt.datetime, float]]]] = {}
+    for b in sorted(batches, key=lambda b: b["finished_at"]):
+        seconds = wall[b["batch_id"]]
         for name, counts in (b["tables"] or {}).items():
             changed = sum(int(counts.get(k) or 0) for k in ("inserted", "updated", "deleted"))
-            series.setdefault(name, []).append((b["finished_at"], changed / seconds))
+            table = series.setdefault(name, {"events": [], "rows": [], "retries": []})
+            count = (events or {}).get((b["batch_id"], name))
+            if _retry(b["batch_id"]):
+                table["retries"].append(
+                    (b["finished_at"], (count if count is not None else changed) / seconds)
+                )
+                continue
+            if count is not None:
+                table["events"].append((b["finished_at"], count / seconds))
+            table["rows"].append((b["finished_at"], changed / seconds))
     return series
 
 
-def lag_series(
-    config: JobConfig, batches: list[dict[str, Any]]
-) -> dict[str, list[tuple[dt.datetime, float]]] | None:
-    """Per table, per batch: finished_at - the newest event time the batch applied (None: no change log)."""
+def _changelog(config: JobConfig, batches: list[dict[str, Any]], columns: list[str]) -> Any:
     import pyarrow as pa
     import pyarrow.dataset as ds
     from deltalake import DeltaTable
@@ -76,23 +118,50 @@ def lag_series(
     path = Path(config.state.path) / "changelog"
     if not batches or not DeltaTable.is_deltatable(str(path)):
         return None
-    finished = {b["batch_id"]: b["finished_at"] for b in batches}
-    data = (
+    ids = pa.array([b["batch_id"] for b in batches], pa.int64())
+    return (
         DeltaTable(str(path))
         .to_pyarrow_dataset()
-        .to_table(
-            columns=["batch_id", "database", "schema", "table", "event_time"],
-            filter=ds.field("batch_id").isin(pa.array(list(finished), pa.int64())),
-        )
+        .to_table(columns=columns, filter=ds.field("batch_id").isin(ids))
     )
+
+
+def table_events(config: JobConfig, batches: list[dict[str, Any]]) -> dict[tuple[int, str], int]:
+    """(batch id, table) -> the input events of the table in the batch (the change log's rows)."""
+    data = _changelog(config, batches, ["batch_id", "database", "schema", "table"])
+    if data is None:
+        return {}
+    counts = data.group_by(["batch_id", "database", "schema", "table"]).aggregate([("batch_id", "count")])
+    return {
+        (r["batch_id"], table_label((r["database"], r["schema"], r["table"]))): r["batch_id_count"]
+        for r in counts.to_pylist()
+        if r["table"] is not None
+    }
+
+
+def lag_series(config: JobConfig, batches: list[dict[str, Any]]) -> dict[str, dict[str, Any]] | None:
+    """Per table: ``stream`` and ``retries`` series of (batch end, batch end - the newest event time the
+    batch applied), in time order (None: no change log)."""
+    data = _changelog(config, batches, ["batch_id", "database", "schema", "table", "event_time"])
+    if data is None:
+        return None
+    finished = {b["batch_id"]: b["finished_at"] for b in batches}
+    # Only where the batch applied to the table: the change log also holds events that became dead letters.
+    applied = {(b["batch_id"], name) for b in batches for name in b["tables"] or {}}
     newest = data.group_by(["batch_id", "database", "schema", "table"]).aggregate([("event_time", "max")])
-    series: dict[str, list[tuple[dt.datetime, float]]] = {}
-    for r in sorted(newest.to_pylist(), key=lambda r: r["batch_id"]):
+    series: dict[str, dict[str, Any]] = {}
+    for r in sorted(newest.to_pylist(), key=lambda r: finished[r["batch_id"]]):
         if r["event_time_max"] is None or r["table"] is None:
+            continue
+        name = table_label((r["database"], r["schema"], r["table"]))
+        if (r["batch_id"], name) not in applied:
             continue
         at = finished[r["batch_id"]]
         lag = (at - r["event_time_max"]).total_seconds()
-        series.setdefault(table_label((r["database"], r["schema"], r["table"])), []).append((at, lag))
+        table = series.setdefault(
+            table_label((r["database"], r["schema"], r["table"])), {"stream": [], "retries": []}
+        )
+        table["retries" if _retry(r["batch_id"]) else "stream"].append((at, lag))
     return series
 
 
@@ -105,37 +174,93 @@ def _number(value: float) -> str:
     return f"{value:.3g}"
 
 
-def svg_chart(points: list[tuple[dt.datetime, float]], color: str, unit: str) -> str:
-    """A line chart (time -> value) as inline SVG: axes, the line, a dot per point, min/max labels."""
+def _ticks(low: float, high: float, count: int = 4) -> list[float]:
+    """About ``count`` round values from ``low`` to ``high`` (1, 2 or 5 times a power of ten apart)."""
+    import math
+
+    span = max(high - low, 1e-9)
+    raw = span / count
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    first = math.ceil(low / step) * step
+    return [first + i * step for i in range(int((high - first) / step + 1e-9) + 1)]
+
+
+def svg_chart(lines: list[tuple[str, list[tuple[dt.datetime, float]], str, str]], unit: str) -> str:
+    """A chart of time series as inline SVG: ``lines`` of (label, points, colour, style) where style is
+    ``line`` (a line with dots), ``dashed`` or ``dots`` (hollow dots only: retries). Time on x (every
+    series' points inside it), value ticks on y, a legend, and each dot's time and value on hover."""
     inner_w, inner_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
-    t0, t1 = points[0][0], points[-1][0]
+    points = [p for _label, series, _c, _s in lines for p in series]
+    t0, t1 = min(t for t, _v in points), max(t for t, _v in points)
     span = max((t1 - t0).total_seconds(), 1e-9)
-    top = max(max(v for _t, v in points), 0) * 1.1 or 1.0
-    bottom = min(min(v for _t, v in points), 0)
+    # The value axis fits the lines; marks (retries: old events, a lag of months) are pinned inside it
+    # and their own value is in their hover text.
+    scaled = [v for _label, series, _c, style in lines if style != "dots" for _t, v in series]
+    scaled = scaled or [v for _t, v in points]
+    top = max(max(scaled), 0) * 1.1 or 1.0
+    bottom = min(min(scaled), 0)
+    single = t0 == t1
 
     def xy(t: dt.datetime, v: float) -> tuple[float, float]:
-        x = PAD_LEFT + (inner_w / 2 if len(points) == 1 else (t - t0).total_seconds() / span * inner_w)
+        x = PAD_LEFT + (inner_w / 2 if single else (t - t0).total_seconds() / span * inner_w)
+        v = min(max(v, bottom), top)
         y = PAD_TOP + inner_h - (v - bottom) / (top - bottom) * inner_h
         return round(x, 1), round(y, 1)
 
-    coords = [xy(t, v) for t, v in points]
-    line = " ".join(f"{x},{y}" for x, y in coords)
-    dots = "".join(f'<circle cx="{x}" cy="{y}" r="3" fill="{color}"/>' for x, y in coords[-200:])
-    axis = "#999"
-    base_y = PAD_TOP + inner_h
-    return (
+    axis, base_y = "#999", PAD_TOP + inner_h
+    parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img">'
-        f'<line x1="{PAD_LEFT}" y1="{PAD_TOP}" x2="{PAD_LEFT}" y2="{base_y}" stroke="{axis}"/>'
-        f'<line x1="{PAD_LEFT}" y1="{base_y}" x2="{WIDTH - PAD_RIGHT}" y2="{base_y}" stroke="{axis}"/>'
-        f'<text x="{PAD_LEFT - 4}" y="{PAD_TOP + 10}" text-anchor="end" font-size="11">'
-        f"{_number(top)} {html.escape(unit)}</text>"
-        f'<text x="{PAD_LEFT - 4}" y="{base_y}" text-anchor="end" font-size="11">{_number(bottom)}</text>'
-        f'<text x="{PAD_LEFT}" y="{HEIGHT - 8}" font-size="11">{t0:%Y-%m-%d %H:%M:%S}</text>'
-        f'<text x="{WIDTH - PAD_RIGHT}" y="{HEIGHT - 8}" text-anchor="end" font-size="11">'
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img">',
+        f'<line x1="{PAD_LEFT}" y1="{PAD_TOP}" x2="{PAD_LEFT}" y2="{base_y}" stroke="{axis}"/>',
+        f'<line x1="{PAD_LEFT}" y1="{base_y}" x2="{WIDTH - PAD_RIGHT}" y2="{base_y}" stroke="{axis}"/>',
+    ]
+    for value in _ticks(bottom, top):
+        _x, y = xy(t0, value)
+        parts.append(
+            f'<line x1="{PAD_LEFT - 3}" y1="{y}" x2="{PAD_LEFT}" y2="{y}" stroke="{axis}"/>'
+            f'<text x="{PAD_LEFT - 5}" y="{y + 4}" text-anchor="end" font-size="10">{_number(value)}</text>'
+        )
+    parts.append(
+        f'<text x="4" y="{PAD_TOP - 2}" font-size="10">{html.escape(unit)}</text>'
+        f'<text x="{PAD_LEFT}" y="{HEIGHT - 6}" font-size="10">{t0:%Y-%m-%d %H:%M:%S}</text>'
+        f'<text x="{WIDTH - PAD_RIGHT}" y="{HEIGHT - 6}" text-anchor="end" font-size="10">'
         f"{t1:%H:%M:%S} UTC</text>"
-        f'<polyline points="{line}" fill="none" stroke="{color}" stroke-width="2.5"/>{dots}</svg>'
     )
+    for x in (PAD_LEFT + inner_w / 2,) if not single else ():
+        middle = t0 + (t1 - t0) / 2
+        parts.append(
+            f'<line x1="{x}" y1="{base_y}" x2="{x}" y2="{base_y + 3}" stroke="{axis}"/>'
+            f'<text x="{x}" y="{HEIGHT - 6}" text-anchor="middle" font-size="10">{middle:%H:%M:%S}</text>'
+        )
+    legend_x = PAD_LEFT + 8
+    for label, series, color, style in lines:
+        if not series:
+            continue
+        ordered = sorted(series)
+        coords = [xy(t, v) for t, v in ordered]
+        if style != "dots":
+            dash = ' stroke-dasharray="5,3"' if style == "dashed" else ""
+            path = " ".join(f"{x},{y}" for x, y in coords)
+            parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2.5"{dash}/>')
+        fill = "white" if style == "dots" else color
+        for (t, v), (x, y) in list(zip(ordered, coords, strict=True))[-200:]:
+            parts.append(
+                f'<circle cx="{x}" cy="{y}" r="3.5" fill="{fill}" stroke="{color}" stroke-width="1.5">'
+                f"<title>{html.escape(label)} {t:%Y-%m-%d %H:%M:%S} UTC: {v:,.2f} {html.escape(unit)}</title>"
+                "</circle>"
+            )
+        legend = html.escape(label)
+        parts.append(f'<text x="{legend_x}" y="12" font-size="10" fill="{color}">{legend}</text>')
+        legend_x += 8 + 6 * len(label)
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _last_lag(lag: dict[str, Any] | None, name: str) -> str:
+    """The lag chart's last stream point: what the table's lag was when its last batch ended."""
+    series = (lag or {}).get(name, {}).get("stream") or []
+    return human_duration(max(series)[1]) if series else "-"
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -158,6 +283,25 @@ td, th { border: 1px solid #ddd; padding: 3px 6px; text-align: left; }
 """
 
 
+LAG_CAPTION = "lag at each batch's end: batch end - the newest source event time it applied"
+FLOW_CAPTION = (
+    "throughput: input events per second of wall time (solid), net rows changed per second (dashed)"
+)
+
+
+def _figure(name: str, kind: str, color: str, lines: list[Any], unit: str, caption: str, no_log: bool) -> str:
+    if any(series for _l, series, _c, _s in lines):
+        chart = svg_chart(lines, unit)
+    elif no_log:
+        chart = "<p class='none'>no change log (changelog.enabled: false): no lag history</p>"
+    else:
+        chart = "<p class='none'>no batches in the window</p>"
+    return (
+        f"<figure class='chart' data-table='{html.escape(name)}' data-kind='{kind}' "
+        f"data-color='{color}'>{chart}<figcaption>{html.escape(caption)}</figcaption></figure>"
+    )
+
+
 def render(report: dict[str, Any]) -> str:
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
@@ -169,14 +313,24 @@ def render(report: dict[str, Any]) -> str:
     ]
     parts.append(
         _table(
-            ["table", "phase", "rows", "dead letters", "lag now (s)", "last position", "last event time"],
+            [
+                "table",
+                "phase",
+                "rows",
+                "dead letters",
+                "lag at the last batch",
+                "since the newest applied event (now)",
+                "last position",
+                "last event time",
+            ],
             [
                 [
                     t["table"],
                     t["phase"],
                     t["rows"],
                     t["dead_letters"],
-                    None if t["lag_seconds"] is None else f"{t['lag_seconds']:.0f}",
+                    _last_lag(report["lag"], t["table"]),
+                    human_duration(t["lag_seconds"]),
                     t["last_position"],
                     t["last_event_time"],
                 ]
@@ -186,24 +340,32 @@ def render(report: dict[str, Any]) -> str:
     )
     names = sorted({t["table"] for t in report["tables"]} | set(report["throughput"]))
     colors = iter(PALETTE * (2 * len(names) // len(PALETTE) + 1))
+    lag = report["lag"]
     for name in names:
         parts.append(f"<h3>{html.escape(name)}</h3><div class='charts'>")
-        lag = report["lag"]
-        for kind, series, unit, caption in (
-            ("lag", None if lag is None else lag.get(name), "s", "lag: batch end - newest event time"),
-            ("throughput", report["throughput"].get(name), "rows/s", "throughput: rows changed per second"),
-        ):
-            color = next(colors)
-            if series:
-                chart = svg_chart(series, color, unit)
-            elif kind == "lag" and lag is None:
-                chart = "<p class='none'>no change log (changelog.enabled: false): no lag history</p>"
-            else:
-                chart = "<p class='none'>no batches in the window</p>"
-            parts.append(
-                f"<figure class='chart' data-table='{html.escape(name)}' data-kind='{kind}' "
-                f"data-color='{color}'>{chart}<figcaption>{caption}</figcaption></figure>"
-            )
+        color = next(colors)
+        lags = None if lag is None else lag.get(name)
+        lines = (
+            [
+                ("stream", lags["stream"], color, "line"),
+                ("retried dead letters", lags["retries"], RETRY_COLOR, "dots"),
+            ]
+            if lags
+            else []
+        )
+        parts.append(_figure(name, "lag", color, lines, "s", LAG_CAPTION, lag is None))
+        color = next(colors)
+        flow = report["throughput"].get(name)
+        lines = (
+            [
+                ("input events/s", flow["events"], color, "line"),
+                ("net rows changed/s", flow["rows"], color, "dashed"),
+                ("retried dead letters", flow["retries"], RETRY_COLOR, "dots"),
+            ]
+            if flow
+            else []
+        )
+        parts.append(_figure(name, "throughput", color, lines, "per s", FLOW_CAPTION, False))
         parts.append("</div>")
 
     parts.append("<h2>Recent batches</h2>")
@@ -228,7 +390,10 @@ def render(report: dict[str, Any]) -> str:
         )
     )
     dead = report["dead_letters"]
-    parts.append(f"<h2>Dead letters: {dead['pending']} pending, {dead['retried']} retried</h2>")
+    parts.append(
+        f"<h2>Dead letters: {dead['pending']} pending, {dead['retried']} retried, "
+        f"{dead.get('discarded', 0)} discarded</h2>"
+    )
     parts.append(
         _table(
             ["count", "table", "error", "batches", "example"],

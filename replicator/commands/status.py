@@ -59,7 +59,8 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
     batches = []
     log = state.table("batches")
     if log.exists():
-        rows = sorted(log.read().to_pylist(), key=lambda r: r["batch_id"])[-last_batches:]
+        # The most recent by when they ended: a retry's batch id (10^12 + n) says nothing of its time.
+        rows = sorted(log.read().to_pylist(), key=lambda r: (r["finished_at"], r["batch_id"]))[-last_batches:]
         for row in rows:
             row["finished_at"] = row["finished_at"].isoformat()
             row["tables"] = json.loads(row["tables"])
