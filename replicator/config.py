@@ -259,6 +259,13 @@ class SchemaEvolutionConfig(_Model):
         return self.default
 
 
+class MetricsConfig(_Model):
+    """A continuous job's figures for Prometheus (docs/operations.md, "Metrics")."""
+
+    port: int = Field(ge=1, le=65535, description="the port of the /metrics endpoint")
+    host: str = Field(default="127.0.0.1", description="the address it listens on (loopback by default)")
+
+
 class SparkConfig(_Model):
     master: str | None = None
     conf: dict[str, str] = Field(default_factory=dict)
@@ -283,6 +290,7 @@ class JobConfig(_Model):
     changelog: ChangelogConfig = ChangelogConfig()
     tombstones: TombstoneConfig = TombstoneConfig()
     spark: SparkConfig = SparkConfig()
+    metrics: MetricsConfig | None = None
     config_file: Path | None = Field(default=None, exclude=True)
 
     def schema_policy(self, name: str) -> SchemaPolicy:

@@ -223,3 +223,51 @@ def test_dead_letters_show_the_debezium_row_and_where_it_came_from_and_discard_s
     marks = state.table("dead_letter_discards").read().to_pylist()
     assert marks[0]["reason"] == "a half-written line" and "@" in marks[0]["discarded_by"]
     assert discard(config, "again", ids=[broken["example_id"]]) == 0  # no longer pending
+
+
+def test_a_running_job_can_be_scraped_for_its_metrics(spark, tmp_path):
+    """A continuous job with metrics.port: scraped while it runs, the figures follow its batches."""
+    import threading
+    import urllib.request
+
+    from replicator.broker import free_port
+    from replicator.commands.runner import MirrorJob
+    from tests.helpers import job
+
+    port = free_port()
+    config = job(tmp_path, trigger={"interval": "0.5 seconds"}, metrics={"port": port})
+    write_jsonl(tmp_path / "landing" / "a.jsonl", [canal("INSERT", [order(i) for i in range(1, 4)], es=ES)])
+    write_jsonl(tmp_path / "landing" / "b.jsonl", [unkeyed(1)])
+    running = MirrorJob(config, spark)
+    seen: dict[str, str] = {}
+
+    def scrape() -> None:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            except OSError:
+                time.sleep(0.5)
+                continue
+            if 'replicator_rows_total{change="inserted",job="test-job",table="shop.orders"} 3.0' in text:
+                seen["text"] = text
+                break
+            time.sleep(0.5)
+        running._stop.set()
+
+    import time
+
+    scraper = threading.Thread(target=scrape, daemon=True)
+    scraper.start()
+    assert running.run(available_now=False) == 0
+    scraper.join()
+    text = seen["text"]
+    assert 'replicator_events_total{job="test-job",outcome="applied"} 3.0' in text
+    assert 'replicator_events_total{job="test-job",outcome="dead_letter"} 1.0' in text
+    assert 'replicator_records_read_total{job="test-job"} 2.0' in text
+    assert 'replicator_batches_total{job="test-job"}' in text
+    assert 'replicator_last_batch_seconds{job="test-job",phase="total"}' in text
+    lag = next(line for line in text.splitlines() if line.startswith("replicator_lag_seconds{"))
+    assert 'table="shop.orders"' in lag and float(lag.split()[-1]) > 86400  # events from 2023
+    with pytest.raises(OSError):  # the endpoint goes with the job
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)

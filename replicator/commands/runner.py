@@ -35,6 +35,11 @@ class MirrorJob:
         self.error: BaseException | None = None
         self.progress = None  # progress.CatchUp of an --available-now run (a bar on a terminal)
         self.summaries: list[BatchSummary] = []  # this run's applied batches (replicator.commands.outcome)
+        self.metrics = None  # metrics.JobMetrics when the job file asks for them (metrics.port)
+        if config.metrics is not None:
+            from replicator.commands.metrics import JobMetrics
+
+            self.metrics = JobMetrics(config, self.engine.state)
 
     def _batch(self, frame: DataFrame, batch_id: int) -> None:
         with self._lock:
@@ -51,12 +56,27 @@ class MirrorJob:
 
     def _applied(self, summary: BatchSummary) -> None:
         self.summaries.append(summary)
+        if self.metrics is not None:
+            self.metrics.observe(summary)
         if self.progress is not None:
             self.progress.add_events(summary.events)
             self.progress.note(summary)
 
     def run(self, available_now: bool = False, progress_stream: IO[str] | None = None) -> int:
         """``progress_stream``: where a catch-up's bar goes (stderr), shown only if it is a terminal."""
+        if self.metrics is not None:
+            self.metrics.start()
+        try:
+            return self._run(available_now, progress_stream)
+        except BaseException:
+            if self.metrics is not None:
+                self.metrics.failed()
+            raise
+        finally:
+            if self.metrics is not None:
+                self.metrics.stop()
+
+    def _run(self, available_now: bool, progress_stream: IO[str] | None) -> int:
         from replicator.commands.progress import catch_up, poll
         from replicator.sources import build_stream
 
