@@ -271,3 +271,27 @@ def test_a_running_job_can_be_scraped_for_its_metrics(spark, tmp_path):
     assert 'table="shop.orders"' in lag and float(lag.split()[-1]) > 86400  # events from 2023
     with pytest.raises(OSError):  # the endpoint goes with the job
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
+
+
+def test_declared_types_widen_an_existing_column_or_say_why_not(spark, tmp_path):
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from replicator.apply.schema import reconcile_declared_types
+    from replicator.commands.runner import MirrorJob
+    from tests.helpers import Runner, job
+
+    Runner(spark, job(tmp_path)).messages(tmp_path, [canal("INSERT", [order(1, amount="12.50")], es=ES)])
+    types = {"shop.orders": {"amount": "decimal(14,3)", "name": "int", "id": "bigint"}}
+    declared = job(tmp_path, tables={"types": types})
+    notes = reconcile_declared_types(declared, MirrorJob(declared, spark).engine.state)
+    assert any("amount (decimal(14,3)): applied: widened from decimal128(10, 2)" in n for n in notes), notes
+    assert any("id (bigint): applied: widened from int32" in n for n in notes), notes
+    assert any("name (int): not applied: the mirror's column is string" in n for n in notes), notes
+    mirror = DeltaTable(str(tmp_path / "lake" / "shop" / "orders")).to_pyarrow_table()
+    assert mirror.schema.field("amount").type == pa.decimal128(14, 3)
+    assert mirror.column("amount").to_pylist()[0] == __import__("decimal").Decimal("12.500")
+    assert mirror.schema.field("name").type == pa.string()
+    assert reconcile_declared_types(declared, MirrorJob(declared, spark).engine.state) == [
+        n for n in notes if "not applied" in n
+    ]  # done once; the refusal is said again at each start

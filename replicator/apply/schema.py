@@ -554,3 +554,69 @@ class BarrierHandler:
 def barrier_handler(config: JobConfig) -> Callable[[TableApplier, dict[str, Any]], None]:
     """The ``on_barrier`` hook for :class:`replicator.apply.table.TableApplier` (engine.py installs it)."""
     return BarrierHandler(config)
+
+
+# ---- tables.types for columns a mirror already has ------------------------------------------------------
+def reconcile_declared_types(config: JobConfig, state: Any) -> list[str]:
+    """Apply the job file's ``tables.types`` to columns the mirrors already have (run at a job's start):
+    a column typed string only for lack of a type, whose every stored value parses, takes the declared type;
+    a safe widening (an integer width, a decimal's precision: :func:`lossless`) rewrites the column; any
+    other difference is kept, with a warning that says why. Returns one line per column acted on or kept."""
+    if not config.tables.types:
+        return []
+    notes = []
+    for table in state.tables().values():
+        declared = config.tables.types_for(f"{table.database}.{table.table}")
+        if not declared or table.dropped:
+            continue
+        mirror = state.writer(table.mirror)
+        if not mirror.exists():
+            continue
+        schema = mirror.schema()
+        name = table_label(table.id)
+        for column, source_type in declared.items():
+            if column not in schema.names:
+                continue  # typed when it first arrives (with_declared_types)
+            current, target = schema.field(column), column_type(source_type).arrow
+            if current.type == target:
+                continue
+            note = _retype(mirror, current, target, source_type, config, column in table.primary_key)
+            line = f"tables.types {name}.{column} ({source_type}): {note}"
+            notes.append(line)
+            (log.info if note.startswith("applied") else log.warning)("declared type", detail=line)
+    return notes
+
+
+def _retype(
+    mirror: Any, current: pa.Field, target: pa.DataType, source_type: str, config: JobConfig, key: bool
+) -> str:
+    name = current.name
+    if is_untyped(current):
+        data = mirror.read()
+        index = data.schema.get_field_index(name)
+        typed, errors = parse_values(
+            data.column(index).combine_chunks(),
+            target,
+            timezone=config.source.timezone,
+            zero_dates=config.source.zero_dates,
+        )
+        if errors:
+            return (
+                f"kept as text: {len(errors)} stored values do not parse as {source_type} "
+                f"(e.g. {errors[0]!r}); fix them or the declared type"
+            )
+        mirror.overwrite(data.set_column(index, pa.field(name, target, nullable=current.nullable), typed))
+        return f"applied: the text column now holds {target}"
+    if lossless(current.type, target):
+        data = mirror.read()
+        index = data.schema.get_field_index(name)
+        column = data.column(index).cast(target, safe=True)
+        mirror.overwrite(data.set_column(index, current.with_type(target), column))
+        return f"applied: widened from {current.type} to {target}"
+    why = (
+        "a key column is never retyped" if key else f"{current.type} -> {target} could lose or change values"
+    )
+    return (
+        f"not applied: the mirror's column is {current.type}; {why}. Declared types only fill in what "
+        "messages leave untyped and widen safely (docs/configuration.md)"
+    )

@@ -82,6 +82,9 @@ class MirrorJob:
 
         warming = threading.Thread(target=warm_workers, args=(self.spark, self.config), daemon=True)
         warming.start()  # the Python workers start while the query does
+        from replicator.apply.schema import reconcile_declared_types
+
+        reconcile_declared_types(self.config, self.engine.state)  # tables.types for existing columns
         # A batch Spark committed while the last run applied it (trigger.overlap) is applied first.
         self.summaries += self.engine.recover(self.spark)
         self.engine.on_batch = self._applied
