@@ -295,3 +295,40 @@ def test_declared_types_widen_an_existing_column_or_say_why_not(spark, tmp_path)
     assert reconcile_declared_types(declared, MirrorJob(declared, spark).engine.state) == [
         n for n in notes if "not applied" in n
     ]  # done once; the refusal is said again at each start
+
+
+def test_history_turned_on_for_a_mirror_with_rows_starts_from_every_row(spark, tmp_path, capsys):
+    """Seeded: one current version per existing row, so a later delete of an older key leaves its trace."""
+    from pathlib import Path as P
+
+    from replicator.apply.history import seed_history
+    from replicator.commands.runner import MirrorJob
+    from replicator.commands.status import print_tables
+    from tests.helpers import Runner, delta_table, job
+
+    Runner(spark, job(tmp_path)).messages(
+        tmp_path, [canal("INSERT", [order(i, name=f"n{i}") for i in range(1, 6)], es=ES)]
+    )
+    config = job(tmp_path, tables={"history": ["shop.*"]})
+    assert seed_history(config, MirrorJob(config, spark).engine.state) == {"shop.orders": 5}
+    assert seed_history(config, MirrorJob(config, spark).engine.state) == {}  # once
+    runner = Runner(spark, config)
+    runner.batch_id = 1
+    runner.messages(
+        tmp_path,
+        [
+            canal("DELETE", [order(2, name="n2")], es=ES + 10),
+            canal("UPDATE", [order(3, name="n3b")], old=[{"name": "n3"}], es=ES + 20),
+        ],
+    )
+    history = delta_table(P(config.target.path) / "shop" / "orders__history", cdc=True).to_pylist()
+    current = sorted((r["id"], r["name"]) for r in history if r["_cdc_current"])
+    mirror = sorted((r["id"], r["name"]) for r in runner.mirror())
+    assert current == mirror == [(1, "n1"), (3, "n3b"), (4, "n4"), (5, "n5")]
+    closed = sorted((r["id"], r["name"], r["_cdc_op"]) for r in history if not r["_cdc_current"])
+    assert closed == [(2, "n2", "seeded"), (3, "n3", "seeded")]  # the older keys' traces
+    assert all(r["_cdc_valid_to"] is not None for r in history if not r["_cdc_current"])
+
+    assert print_tables(config, "shop.orders", history=True) == 0
+    out = capsys.readouterr().out
+    assert "== shop.orders history (6 versions" in out and "seeded" in out  # 5 seeded + n3b

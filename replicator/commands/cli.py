@@ -287,7 +287,7 @@ def _jars(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     from replicator.commands.status import print_tables
 
-    return _exit_now(print_tables(load_config(args.config), args.table, args.limit))
+    return _exit_now(print_tables(load_config(args.config), args.table, args.limit, history=args.history))
 
 
 class _Help(argparse.RawDescriptionHelpFormatter):
@@ -470,6 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--config", required=True, help=config_help)
     show.add_argument("--table", default=None, help="glob on database.table (default: every table)")
     show.add_argument("--limit", type=int, default=50, help="rows per table")
+    show.add_argument("--history", action="store_true", help="print the history tables (docs/history.md)")
     show.set_defaults(func=_show)
 
     archive = _command(

@@ -85,6 +85,9 @@ class MirrorJob:
         from replicator.apply.schema import reconcile_declared_types
 
         reconcile_declared_types(self.config, self.engine.state)  # tables.types for existing columns
+        from replicator.apply.history import seed_history
+
+        seed_history(self.config, self.engine.state)  # history turned on for mirrors that have rows
         # A batch Spark committed while the last run applied it (trigger.overlap) is applied first.
         self.summaries += self.engine.recover(self.spark)
         self.engine.on_batch = self._applied

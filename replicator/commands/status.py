@@ -137,7 +137,10 @@ def print_status(config: JobConfig, as_json: bool = False, last_batches: int = 1
     return 0
 
 
-def print_tables(config: JobConfig, pattern: str | None = None, limit: int = 50) -> int:
+def print_tables(
+    config: JobConfig, pattern: str | None = None, limit: int = 50, history: bool = False
+) -> int:
+    """The mirror tables (``history``: their history tables, docs/history.md), rows ordered by key."""
     from fnmatch import fnmatchcase
 
     import pyarrow.compute as pc
@@ -157,6 +160,25 @@ def print_tables(config: JobConfig, pattern: str | None = None, limit: int = 50)
         return 1
     for table, name in zip(tables, names, strict=True):
         if pattern and not fnmatchcase(name, pattern):
+            continue
+        if history:
+            from replicator.apply.history import history_path
+
+            path = history_path(table.mirror)
+            mirror = state.writer(path)
+            if not mirror.exists():
+                print(f"== {name}: no history table (tables.history does not name it, or nothing yet)")
+                continue
+            data = mirror.read()
+            order = [
+                (k, "ascending") for k in (*table.primary_key, "_cdc_valid_from") if k in data.column_names
+            ]
+            data = data.take(pc.sort_indices(data, order)) if order else data
+            print(f"== {name} history ({data.num_rows} versions, key {', '.join(table.primary_key)}) {path}")
+            frame = data.slice(0, limit).drop_columns(["_cdc_seq"]).to_pandas()
+            with __import__("pandas").option_context("display.width", 200, "display.max_columns", 50):
+                print(frame.to_string(index=False) if data.num_rows else "(empty)")
+            print()
             continue
         mirror = state.writer(table.mirror)
         if not mirror.exists():

@@ -24,6 +24,7 @@ from replicator.apply.history.table import (
     history_path,
     markers_root,
     record_history,
+    seed_history,
     seed_snapshot,
 )
 from replicator.apply.history.versions import HISTORY_FIELDS, Event, Version, chain, change_id
@@ -38,5 +39,6 @@ __all__ = [
     "history_path",
     "markers_root",
     "record_history",
+    "seed_history",
     "seed_snapshot",
 ]

@@ -20,6 +20,7 @@ from replicator.apply.history.versions import (
     HISTORY_COLUMNS,
     MARKER_FIELDS,
     OPENS,
+    SEEDED,
     TRUNCATE_SCHEMA,
     UTC_TS,
     VALID_FROM,
@@ -375,3 +376,46 @@ def _move(
 
 
 __all__ = ["HistoryTable", "history_path", "markers_root", "record_history", "seed_snapshot"]
+
+
+# ---- history turned on for a mirror that has rows ---------------------------------------------------------
+def seed_history(config: JobConfig, state: State) -> dict[str, int]:
+    """For each history-enabled mirror without a history table yet: one current version per row it holds,
+    valid from the mirror's last commit, marked ``seeded`` (``_cdc_op``), with the row's ``_cdc_seq`` — so
+    the history and the mirror agree from then on (a later change or delete of an older key closes its
+    seeded version). Run at a job's start; a mirror's seed is one commit. Returns rows seeded per table."""
+    import datetime as dt
+
+    if not config.tables.history:
+        return {}
+    seeded: dict[str, int] = {}
+    for table in state.tables().values():
+        name = f"{table.database}.{table.table}"
+        if table.dropped or not config.tables.history_for(name):
+            continue
+        mirror = state.writer(table.mirror)
+        history = state.writer(history_path(table.mirror))
+        if history.exists() or not mirror.exists():
+            continue
+        rows = mirror.read()
+        if rows.num_rows == 0:
+            continue  # an empty mirror's history starts with its next change
+        from deltalake import DeltaTable
+
+        committed = DeltaTable(table.mirror).history(1)[0]["timestamp"]  # ms since the epoch
+        since = dt.datetime.fromtimestamp(committed / 1000, dt.UTC)
+        sync_schema(history, rows.schema)
+        data = [f.name for f in history.schema() if f.name not in HISTORY_COLUMNS]
+        n = rows.num_rows
+        columns = {c: rows.column(c) for c in data}
+        columns |= {
+            VALID_FROM: pa.array([since] * n, UTC_TS),
+            VALID_TO: pa.nulls(n, UTC_TS),
+            CURRENT: pa.array([True] * n, pa.bool_()),
+            CDC_OP: pa.array([SEEDED] * n, pa.string()),
+            CDC_SEQ: rows.column(CDC_SEQ),
+        }
+        history.append(pa.table(columns).cast(history.schema()), None)
+        seeded[table_label(table.id)] = n
+        log.info("history seeded from the mirror", table=table_label(table.id), rows=n, valid_from=str(since))
+    return seeded

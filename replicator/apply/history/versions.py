@@ -37,7 +37,9 @@ MARKER_FIELDS = [
     pa.field(CDC_EVENT_TIME, UTC_TS),
 ]
 TRUNCATE_SCHEMA = pa.schema(MARKER_FIELDS)
-OPENS = ("insert", "update", "snapshot")
+# seeded: the version a mirror's row had when its history was turned on (seed_history), valid from then.
+OPENS = ("insert", "update", "snapshot", "seeded")
+SEEDED = "seeded"
 
 
 # ---- events -----------------------------------------------------------------------------------------------
