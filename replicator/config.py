@@ -105,9 +105,26 @@ class TargetConfig(_Model):
         default=False, description="create mirrors with delta.enableChangeDataFeed=true (docs/history.md)"
     )
 
+    deletion_vectors: bool = Field(
+        default=False,
+        description="delta-spark only: create mirrors with delta.enableDeletionVectors=true, so a MERGE "
+        "marks changed rows instead of rewriting their files (docs/configuration.md)",
+    )
+
+    @model_validator(mode="after")
+    def _deletion_vectors(self) -> TargetConfig:
+        if self.deletion_vectors and self.writer != "delta-spark":
+            # delta-rs 1.6 neither writes deletion vectors nor reads a table that has them through its
+            # pyarrow dataset (tests/test_deletion_vectors.py).
+            raise ValueError("target.deletion_vectors needs target.writer: delta-spark")
+        return self
+
     def mirror_properties(self) -> dict[str, str]:
         """Delta table properties of the mirrors this job creates."""
-        return {"delta.enableChangeDataFeed": "true"} if self.change_data_feed else {}
+        properties = {"delta.enableChangeDataFeed": "true"} if self.change_data_feed else {}
+        if self.deletion_vectors:
+            properties["delta.enableDeletionVectors"] = "true"
+        return properties
 
 
 class StateConfig(_Model):

@@ -140,7 +140,13 @@ class State:
     def __init__(self, root: str | Path, job: str, writer: WriterFactory) -> None:
         self.root = Path(root)
         self.job = job
-        self.writer = writer
+        self.writer = writer  # the mirrors' writer (the job's target.writer)
+        # The engine's own tables (registry, tombstones, change log, dead letters, batches) stay on delta-rs
+        # whichever writer the mirrors use: the engine MERGEs into them with deltalake directly, and they
+        # are small (a Spark job per commit would cost more than the commit).
+        from replicator.sinks.delta_rs import DeltaRsWriter
+
+        self._own: WriterFactory = DeltaRsWriter
         # Apply threads record renames in the registry mid-batch; delta-rs refuses concurrent MERGEs into
         # one table (CommitFailedError), so the registry's commits take turns.
         self._registry_lock = threading.Lock()
@@ -151,12 +157,12 @@ class State:
         return str(self.root / "checkpoint")
 
     def table(self, name: str) -> MirrorWriter:
-        return self.writer(self.root / name)
+        return self._own(self.root / name)
 
     def tombstones(self, table: TableId) -> MirrorWriter:
         database, schema, name = table
         parts = [database, schema, name] if schema else [database, name]
-        return self.writer(self.root.joinpath("tombstones", *parts))
+        return self._own(self.root.joinpath("tombstones", *parts))
 
     def txn(self, batch_id: int) -> Txn:
         return Txn(self.job, batch_id)

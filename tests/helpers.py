@@ -12,8 +12,12 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 
 from replicator.config import JobConfig, parse_config
+
+# Both mirror writers, for tests parametrized over them (the delta-spark cases carry the delta_spark mark).
+WRITERS = ["delta-rs", pytest.param("delta-spark", marks=pytest.mark.delta_spark)]
 
 ORDER_TYPES = {"id": "int(11)", "name": "varchar(64)", "amount": "decimal(10,2)", "ts": "datetime(3)"}
 _ids = itertools.count(1)
@@ -161,5 +165,7 @@ def delta_table(path: Path | str, cdc: bool = False) -> pa.Table:
     """A Delta table's rows; ``cdc``: with the engine's ``_cdc_*`` columns."""
     from deltalake import DeltaTable
 
-    data = DeltaTable(str(path)).to_pyarrow_table()
+    from replicator.sinks.delta_rs import read_table
+
+    data = read_table(DeltaTable(str(path)))  # (a delta-spark mirror's deletion vectors applied)
     return data if cdc else data.drop_columns([c for c in data.column_names if c.startswith("_cdc_")])

@@ -7,14 +7,16 @@ from decimal import Decimal
 
 import pytest
 
-from tests.helpers import Runner, canal, job, order, write_jsonl
+from tests.helpers import WRITERS, Runner, canal, job, order, write_jsonl
 
 ES = 1_700_000_000_000
 
 
 @pytest.fixture
-def runner(spark, tmp_path):
-    return Runner(spark, job(tmp_path))
+def runner(spark, tmp_path, request):
+    """A runner on the default writer, or on the one a test names (``parametrize("runner", WRITERS,
+    indirect=True)``)."""
+    return Runner(spark, job(tmp_path, target={"writer": getattr(request, "param", "delta-rs")}))
 
 
 def ids(rows):
@@ -28,6 +30,7 @@ def test_decoded_schema_is_the_contract():
     assert decoded_schema().names == [*EVENT_COLUMNS, "error", "raw"]
 
 
+@pytest.mark.parametrize("runner", WRITERS, indirect=True)
 def test_insert_update_delete_typed(runner, tmp_path):
     runner.messages(
         tmp_path,
@@ -62,6 +65,7 @@ def test_same_file_delivered_twice_is_idempotent(runner, tmp_path):
     assert [r["_cdc_op"] for r in runner.mirror(cdc=True)] == [r["_cdc_op"] for r in first]
 
 
+@pytest.mark.parametrize("runner", WRITERS, indirect=True)
 def test_delete_then_late_older_update_stays_deleted(runner, tmp_path):
     runner.messages(tmp_path, [canal("INSERT", [order(1)], es=ES), canal("DELETE", [order(1)], es=ES + 10)])
     runner.messages(tmp_path, [canal("UPDATE", [order(1, "late")], old=[{"name": "x"}], es=ES + 5)])
@@ -86,6 +90,7 @@ def test_update_of_the_primary_key_moves_the_row(runner, tmp_path):
     assert ids(runner.mirror()) == [7]
 
 
+@pytest.mark.parametrize("runner", WRITERS, indirect=True)
 def test_key_change_and_reuse_of_old_key_in_one_batch(runner, tmp_path):
     runner.messages(
         tmp_path,
@@ -125,6 +130,7 @@ def test_same_es_ordered_by_id(runner, tmp_path):
     assert [r["name"] for r in runner.mirror()] == ["later"]
 
 
+@pytest.mark.parametrize("runner", WRITERS, indirect=True)
 def test_replayed_batch_is_a_no_op(runner, tmp_path):
     folder = tmp_path / "b0"
     from tests.helpers import write_jsonl

@@ -7,19 +7,15 @@ import pytest
 
 from replicator.sinks import writer_factory
 from replicator.sinks.base import Txn
+from tests.helpers import WRITERS
 
 SCHEMA = pa.schema(
     [("id", pa.int32()), ("v", pa.string()), ("_cdc_op", pa.string()), ("_cdc_seq", pa.string())]
 )
 
 
-@pytest.fixture(params=["delta-rs", "delta-spark"])
+@pytest.fixture(params=WRITERS)
 def writer(request, spark, tmp_path):
-    if request.param == "delta-spark":
-        from replicator.sinks.delta_spark import JARS_MISSING, delta_spark_available
-
-        if not delta_spark_available(spark):
-            pytest.skip(f"delta-spark jars absent (Maven Central unreachable here): {JARS_MISSING}")
     return writer_factory(request.param)(tmp_path / "t")
 
 
@@ -77,13 +73,6 @@ def test_add_columns_append_and_delete(writer):
 
 def test_kafka_source_needs_the_connector(spark, tmp_path):
     """The kafka source is built from the job file; reading needs spark-sql-kafka on the classpath."""
-    try:
-        spark._jvm.java.lang.Class.forName("org.apache.spark.sql.kafka010.KafkaSourceProvider")
-    except Exception:
-        pytest.skip(
-            "Spark's Kafka connector jars are absent (Maven Central unreachable here); "
-            "kafka_options() is tested in test_config.py"
-        )
     from replicator.config import parse_config
     from replicator.sources import build_stream
 

@@ -101,6 +101,8 @@ def _bootstrap_base(
     """Copy a file-bootstrapped table's mirror as of its bootstrap into ``out``; returns its horizon."""
     from deltalake import DeltaTable, write_deltalake
 
+    from replicator.sinks.delta_rs import read_table
+
     mirror = DeltaTable(state.mirror)
     done = next((h for h in mirror.history() if DONE_MARK in h), None)
     if done is None:
@@ -109,7 +111,7 @@ def _bootstrap_base(
     label = table_label((state.database, state.schema, state.table))
     if cut_seq is not None and cut_seq < seq:
         raise ReplayError(f"{label}: the cut is before its snapshot position; the change log starts after it")
-    base = DeltaTable(state.mirror, version=int(done["version"])).to_pyarrow_table()
+    base = read_table(DeltaTable(state.mirror, version=int(done["version"])))
     if cut_time is not None and base.num_rows:
         import pyarrow.compute as pc
 
@@ -189,6 +191,8 @@ def replay_mirror_version(
     epoch ms) into ``out/<database>/<table>``; returns the tables written."""
     from deltalake import DeltaTable, write_deltalake
 
+    from replicator.sinks.delta_rs import read_table
+
     out = Path(out).resolve()
     _check_target(out)
     live = State(config.state.path, config.name, writer_factory(config.target.writer))
@@ -205,7 +209,7 @@ def replay_mirror_version(
                 f"{table_label(table)}: no version {version!r} of {known.mirror}: {exc}"
             ) from None
         parts = [p for p in table if p]
-        write_deltalake(str(out.joinpath(*parts)), mirror.to_pyarrow_table(), mode="overwrite")
+        write_deltalake(str(out.joinpath(*parts)), read_table(mirror), mode="overwrite")
         written.append(table_label(table))
     return written
 

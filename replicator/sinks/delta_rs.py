@@ -17,6 +17,34 @@ def _commit(txn: Txn | None):  # type: ignore[no-untyped-def]
     return CommitProperties(app_transactions=[Transaction(txn.app_id, txn.version)])
 
 
+def has_deletion_vectors(table) -> bool:  # type: ignore[no-untyped-def]
+    """Whether a table (a deltalake.DeltaTable) may hold deletion vectors (a mirror delta-spark wrote with
+    ``target.deletion_vectors``)."""
+    return "deletionVectors" in (table.protocol().reader_features or [])
+
+
+def read_table(table, columns: Sequence[str] | None = None, where: str | None = None) -> pa.Table:  # type: ignore[no-untyped-def]
+    """A Delta table's rows (a deltalake.DeltaTable at its loaded version), deletion vectors applied.
+
+    deltalake 1.6's pyarrow dataset refuses a table whose protocol has the ``deletionVectors`` reader
+    feature ("not yet supported by the deltalake reader"); its DataFusion query engine reads such a table
+    and skips the rows its deletion vectors mark (tests/test_deletion_vectors.py proves both). ``where``
+    (a SQL predicate) prunes files on the first path and filters rows on the second."""
+    if not has_deletion_vectors(table):
+        dataset = (
+            table.to_pyarrow_dataset(file_pruning_predicate=where) if where else table.to_pyarrow_dataset()
+        )
+        return dataset.to_table(columns=list(columns) if columns else None)
+    from deltalake import QueryBuilder
+
+    names = ", ".join(quote(c) for c in columns) if columns else "*"
+    query = f"SELECT {names} FROM t" + (f" WHERE {where}" if where else "")
+    result = pa.table(QueryBuilder().register("t", table).execute(query).read_all())
+    schema = pa.schema(table.schema().to_arrow())
+    wanted = pa.schema([schema.field(c) for c in columns]) if columns else schema
+    return result.cast(pa.schema([f.with_type(wanted.field(f.name).type) for f in result.schema]))
+
+
 class DeltaRsWriter(MirrorWriter):
     def _table(self):  # type: ignore[no-untyped-def]
         from deltalake import DeltaTable
@@ -156,12 +184,9 @@ class DeltaRsWriter(MirrorWriter):
             raise FileNotFoundError(self.path)
         values = pa.chunked_array([values]).combine_chunks() if isinstance(values, pa.Array) else values
         bounds = key_range(pa.table({column: values}), [column], alias=None)
-        table = (
-            self._table().to_pyarrow_dataset(file_pruning_predicate=bounds).to_table(columns=list(columns))
-        )
-        return rows_with(table, column, values)
+        return rows_with(read_table(self._table(), columns, bounds), column, values)
 
     def read(self, columns: Sequence[str] | None = None) -> pa.Table:
         if not self.exists():
             raise FileNotFoundError(self.path)
-        return self._table().to_pyarrow_dataset().to_table(columns=list(columns) if columns else None)
+        return read_table(self._table(), columns)

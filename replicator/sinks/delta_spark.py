@@ -36,7 +36,8 @@ def delta_spark_available(spark) -> bool:  # type: ignore[no-untyped-def]
 def _spark():  # type: ignore[no-untyped-def]
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.getActiveSession()
+    # The active session is the calling thread's: the engine applies tables in threads of its own.
+    spark = SparkSession.getActiveSession() or SparkSession._instantiatedSession
     if spark is None or not delta_spark_available(spark):
         raise RuntimeError(JARS_MISSING)
     return spark
@@ -74,35 +75,53 @@ class DeltaSparkWriter(MirrorWriter):
     def schema(self) -> pa.Schema:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        return to_arrow_schema(self.spark.read.format("delta").load(self.path).schema)
+        return to_arrow_schema(self.spark.read.format("delta").load(self.path).schema, timezone="UTC")
+
+    def _frame(self, batch: pa.Table):  # type: ignore[no-untyped-def]
+        """Arrow rows as a DataFrame whose types are the mirror's: a timestamp without a zone stays
+        TIMESTAMP_NTZ (Spark's own inference makes it a TIMESTAMP, which MERGE would then cast)."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return self.spark.createDataFrame(
+            batch, schema=from_arrow_schema(batch.schema, prefer_timestamp_ntz=True)
+        )
 
     def create(self, schema: pa.Schema, partition_by: Sequence[str] = ()) -> None:
-        frame = self.spark.createDataFrame(schema.empty_table())
-        writer = frame.write.format("delta").mode("ignore")
+        from pyspark.sql.pandas.types import from_arrow_type
+
+        columns = ", ".join(
+            f"{_ident(f.name)} {from_arrow_type(f.type, prefer_timestamp_ntz=True).simpleString()}"
+            + ("" if f.nullable else " NOT NULL")
+            for f in schema
+        )
+        sql = f"CREATE TABLE IF NOT EXISTS {self._table_ref} ({columns}) USING delta"
         if partition_by:
-            writer = writer.partitionBy(*partition_by)
-        writer.save(self.path)
-        if self.properties:
-            props = ", ".join(f"'{k}' = '{v}'" for k, v in self.properties.items())
-            self.spark.sql(f"ALTER TABLE {self._table_ref} SET TBLPROPERTIES ({props})")
+            sql += f" PARTITIONED BY ({', '.join(_ident(c) for c in partition_by)})"
+        if self.properties:  # (with the table's first commit)
+            sql += " TBLPROPERTIES ({})".format(
+                ", ".join(f"'{k}' = '{v}'" for k, v in sorted(self.properties.items()))
+            )
+        self.spark.sql(sql)
 
     def add_columns(self, fields: Sequence[pa.Field]) -> None:
         from pyspark.sql.pandas.types import from_arrow_type
 
         if fields:
-            cols = ", ".join(f"{_ident(f.name)} {from_arrow_type(f.type).simpleString()}" for f in fields)
+            cols = ", ".join(
+                f"{_ident(f.name)} {from_arrow_type(f.type, prefer_timestamp_ntz=True).simpleString()}"
+                for f in fields
+            )
             self.spark.sql(f"ALTER TABLE {self._table_ref} ADD COLUMNS ({cols})")
 
     def applied_version(self, app_id: str) -> int | None:
+        # From the log through delta-rs (its checkpoints included, no Spark job): reading the log's JSON
+        # with Spark cost two jobs (schema inference, then the query) at every table's batch. delta-rs
+        # reads the log of a table with deletion vectors (only its data files' reader refuses them).
+        from deltalake import DeltaTable
+
         if not self.exists():
             return None
-        rows = (
-            self.spark.read.json(f"{self.path}/_delta_log/*.json")
-            .where("txn IS NOT NULL AND txn.appId = '{}'".format(app_id.replace("'", "''")))
-            .selectExpr("max(txn.version) AS v")
-            .collect()
-        )
-        return None if not rows or rows[0]["v"] is None else int(rows[0]["v"])
+        return DeltaTable(self.path).transaction_version(app_id)
 
     def merge_guarded(
         self, batch: pa.Table, key: Sequence[str], seq_column: str, op_column: str, txn: Txn | None
@@ -110,7 +129,7 @@ class DeltaSparkWriter(MirrorWriter):
         if batch.num_rows == 0:
             return MergeResult()
         view = f"replicator_merge_{abs(hash(self.path))}"
-        self.spark.createDataFrame(batch).createOrReplaceTempView(view)
+        self._frame(batch).createOrReplaceTempView(view)
         on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}".replace('"', "`") for k in key)
         bounds = key_range(batch, key, ident=_ident)
         if bounds:  # file skipping on the key range (base.key_range)
@@ -132,7 +151,7 @@ class DeltaSparkWriter(MirrorWriter):
         )
 
     def append(self, batch: pa.Table, txn: Txn | None) -> None:
-        writer = self.spark.createDataFrame(batch).write.format("delta").mode("append")
+        writer = self._frame(batch).write.format("delta").mode("append")
         if txn is not None:
             writer = writer.option("txnAppId", txn.app_id).option("txnVersion", str(txn.version))
         writer.option("mergeSchema", "true").save(self.path)
