@@ -135,8 +135,8 @@ DELTA_SPARK: dict[str, str] = {
     # Delta rebuilds a table's state (its log's actions) with a Spark job of this many partitions, at
     # each read and write that finds a new version: Delta's default, 50, is for logs of millions of
     # actions. A mirror's log is a checkpoint and a few commits: measured on local[2] (a tiny table),
-    # the first read after a write took 87 s with 50 partitions and 15 s with 1, and the writer's
-    # contract tests went from ~370 s to ~XX s. A deployment's --conf still wins.
+    # the first read after a write took 87 s with 50 partitions and 15 s with 1 (a shared, loaded
+    # machine). A deployment's --conf still wins.
     "spark.databricks.delta.snapshotPartitions": "1",
 }
 JARS_ENV = "REPLICATOR_SPARK_JARS"  # "all": every session gets the Kafka connector and Delta (the tests)

@@ -42,6 +42,8 @@ def optimize(
     vacuum files older than ``vacuum_hours`` that no version needs (None: no vacuum)."""
     from deltalake import DeltaTable
 
+    from replicator.sinks.delta_rs import has_deletion_vectors
+
     state = State(config.state.path, config.name, writer_factory(config.target.writer))
     done = []
     for (database, schema, name), known in sorted(state.tables().items(), key=lambda kv: kv[0]):
@@ -51,6 +53,11 @@ def optimize(
         if not DeltaTable.is_deltatable(known.mirror):
             continue
         mirror = DeltaTable(known.mirror)
+        if has_deletion_vectors(mirror):
+            result = _optimize_with_spark(config, label, known.mirror, list(known.primary_key), vacuum_hours)
+            log.info("optimized", **result.__dict__)
+            done.append(result)
+            continue
         metrics: dict[str, Any] = (
             mirror.optimize.z_order(list(known.primary_key), target_size=target_size)
             if known.primary_key
@@ -69,3 +76,49 @@ def optimize(
         log.info("optimized", **result.__dict__)
         done.append(result)
     return done
+
+
+def _optimize_with_spark(
+    config: JobConfig, label: str, path: str, key: list[str], vacuum_hours: int | None
+) -> Optimized:
+    """A mirror with deletion vectors (delta-spark, ``target.deletion_vectors``), through Delta for Spark:
+    OPTIMIZE (z-ordered by key) rewrites its small files, then REORG ... APPLY (PURGE) rewrites every file
+    that still has a deletion vector, so the rows they mark are gone from the files; VACUUM removes the
+    files (and deletion vector files) no version needs. Not delta-rs: it cannot read such a table's data
+    files, and its vacuum is not proven to know deletion vector files."""
+    from replicator.sinks.delta_spark import _ident
+    from replicator.spark import get_spark
+
+    spark = get_spark(config)
+    ref = f"delta.{_ident(path)}"
+    zorder = f" ZORDER BY ({', '.join(_ident(k) for k in key)})" if key else ""
+    optimized = spark.sql(f"OPTIMIZE {ref}{zorder}").collect()[0]["metrics"]
+    purged = spark.sql(f"REORG TABLE {ref} APPLY (PURGE)").collect()[0]["metrics"]
+    vacuumed = 0
+    if vacuum_hours is not None:
+        # Under Delta's default retention (7 days) only with its check off, as delta-rs' vacuum is called.
+        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+        try:
+            before = _files(path)
+            spark.sql(f"VACUUM {ref} RETAIN {int(vacuum_hours)} HOURS").collect()
+            vacuumed = len(before - _files(path))
+        finally:
+            spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    return Optimized(
+        label,
+        int(optimized["numFilesRemoved"]) + int(purged["numFilesRemoved"]),
+        int(optimized["numFilesAdded"]) + int(purged["numFilesAdded"]),
+        vacuumed,
+    )
+
+
+def _files(path: str) -> set[str]:
+    """The data and deletion vector files under a table's folder (not its log)."""
+    from pathlib import Path
+
+    root = Path(path)
+    return {
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and "_delta_log" not in p.parts and not p.name.startswith(".")
+    }

@@ -1,7 +1,8 @@
 """MirrorWriter on Delta Lake for Spark (``io.delta:delta-spark`` jars on the cluster, e.g.
 ``spark-submit --packages io.delta:delta-spark_2.13:<version>`` with the Delta SQL extension and catalog).
 
-Only Spark SQL and DataFrame options are used, so no Python package beyond pyspark is needed. Engine state
+Writes are Spark SQL and DataFrame options; reads (rows, key lookups, the app transaction's version) go
+through delta-rs, which reads a table with deletion vectors through its query engine. Engine state
 (tombstones, registry, dead letters, change log) stays on delta-rs whichever writer the mirrors use.
 Idempotent commits use Delta's ``txnAppId`` / ``txnVersion`` (session settings for MERGE and DELETE).
 """
@@ -48,9 +49,12 @@ def _ident(name: str) -> str:
 
 
 class DeltaSparkWriter(MirrorWriter):
-    def __init__(self, path, properties=None) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(path, properties)
-        self.spark = _spark()
+    # Reads go through delta-rs (replicator.sinks.delta_rs.read_table, deletion vectors applied): `show`,
+    # `status` and the engine's key lookups need no Spark session, and a lookup runs no Spark job.
+
+    @property
+    def spark(self):  # type: ignore[no-untyped-def]
+        return _spark()
 
     @property
     def _table_ref(self) -> str:
@@ -69,8 +73,9 @@ class DeltaSparkWriter(MirrorWriter):
             conf.unset("spark.databricks.delta.write.txnVersion")
 
     def exists(self) -> bool:
-        jvm = self.spark._jvm
-        return bool(jvm.io.delta.tables.DeltaTable.isDeltaTable(self.spark._jsparkSession, self.path))
+        from deltalake import DeltaTable
+
+        return DeltaTable.is_deltatable(self.path)
 
     def schema(self) -> pa.Schema:
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -166,5 +171,11 @@ class DeltaSparkWriter(MirrorWriter):
         self.append(self.schema().empty_table(), txn)
 
     def read(self, columns: Sequence[str] | None = None) -> pa.Table:
-        frame = self.spark.read.format("delta").load(self.path)
-        return frame.select(*columns).toArrow() if columns else frame.toArrow()
+        from replicator.sinks.delta_rs import DeltaRsWriter
+
+        return DeltaRsWriter(self.path).read(columns)
+
+    def read_keys(self, column: str, values: pa.Array, columns: Sequence[str]) -> pa.Table:
+        from replicator.sinks.delta_rs import DeltaRsWriter
+
+        return DeltaRsWriter(self.path).read_keys(column, values, columns)
