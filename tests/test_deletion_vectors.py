@@ -31,7 +31,7 @@ def live_deletion_vectors(table: Path) -> int:
 
 def test_deletion_vectors_need_the_delta_spark_writer(tmp_path):
     base = {"name": "j", "source": {"type": "files", "path": "in"}, "state": {"path": "s"}}
-    with pytest.raises(Exception, match="deletion_vectors needs target.writer: delta-spark"):
+    with pytest.raises(Exception, match=r"deletion_vectors needs target\.writer: delta-spark"):
         parse_config({**base, "target": {"path": "l", "deletion_vectors": True}}, "t", tmp_path)
     config = parse_config(
         {**base, "target": {"path": "l", "writer": "delta-spark", "deletion_vectors": True}}, "t", tmp_path
@@ -75,7 +75,9 @@ def test_a_mirror_with_deletion_vectors_reads_right_everywhere_and_optimize_purg
     status = collect_status(runner.config)
     assert [t["rows"] for t in status["tables"] if t["table"] == "shop.orders"] == [5]
     out = tmp_path / "replayed"
-    assert replay_mirror_version(runner.config, out, str(DeltaTable(str(mirror)).version())) == ["shop.orders"]
+    assert replay_mirror_version(runner.config, out, str(DeltaTable(str(mirror)).version())) == [
+        "shop.orders"
+    ]
     assert {r["id"]: r["name"] for r in delta_table(out / "shop" / "orders").to_pylist()} == expected
     # a later batch on top of the marked rows, then optimize: no deletion vector is left, the rows stay
     runner.messages(tmp_path, [canal("DELETE", [order(5)], es=ES + 3)])

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from replicator.apply.history import Event, chain
-from tests.helpers import Runner, canal, ddl, delta_table, job, order
+from tests.helpers import WRITERS, Runner, canal, ddl, delta_table, job, order
 
 T = 1_700_000_000_000  # ms
 
@@ -42,8 +42,17 @@ def brief(rows: list[dict[str, Any]], *columns: str) -> list[tuple[Any, ...]]:
 
 
 @pytest.fixture
-def runner(spark, tmp_path):
-    return Runner(spark, job(tmp_path, tables={"history": ["shop.*"]}, changelog={"enabled": False}))
+def runner(spark, tmp_path, request):
+    writer = getattr(request, "param", "delta-rs")  # (parametrize("runner", WRITERS, indirect=True))
+    return Runner(
+        spark,
+        job(
+            tmp_path,
+            tables={"history": ["shop.*"]},
+            changelog={"enabled": False},
+            target={"writer": writer},
+        ),
+    )
 
 
 def test_insert_update_delete_reinsert(runner, tmp_path):
@@ -113,6 +122,7 @@ def test_replayed_batch_is_skipped(runner, tmp_path):
     assert history(runner) == before
 
 
+@pytest.mark.parametrize("runner", WRITERS, indirect=True)
 def test_truncate_closes_every_current_version(runner, tmp_path):
     runner.messages(tmp_path, [canal("INSERT", [order(1), order(2), order(3)], es=T)])
     runner.messages(
