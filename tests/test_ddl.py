@@ -96,8 +96,10 @@ def parsed(event: dict[str, Any]) -> list[dict[str, Any]] | dict[str, str]:
 def test_fixture_ddl_goldens():
     actual = {case: parsed(event) for case, event in fixture_events().items()}
     if os.environ.get("REPLICATOR_REGOLD") == "1":
+        # Writes the file for review and fails: a run that rewrites its own expectation proves nothing.
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)
         GOLDEN.write_text(json.dumps(actual, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        pytest.fail(f"REPLICATOR_REGOLD=1: {GOLDEN} rewritten from the output; review it and rerun without")
     if not GOLDEN.exists():
         pytest.fail(f"no golden file {GOLDEN}: run with REPLICATOR_REGOLD=1 and review it")
     expected = json.loads(GOLDEN.read_text(encoding="utf-8"))
