@@ -27,16 +27,21 @@ import json
 from decimal import Decimal
 
 import pytest
+from structlog.testing import capture_logs
 
 from replicator.commands.status import collect_status
 from tests.helpers import ORDER_TYPES, Runner, canal, ddl, job, order
 
 ES = 1_700_000_000_000
+NOT_JSON = "not JSON: the record does not parse as a JSON document"
 HUGE = "x" * (5 * 1024 * 1024)
 
 
 def catalogue() -> list[tuple[str, bytes, str | None]]:
-    """(case, raw record, expected dead-letter error fragment or None when applied)."""
+    """(case, raw record, expected dead-letter error fragment or None when applied).
+
+    Each fragment names the cause and the field or value at fault: a fragment as loose as ``"es"`` would
+    match an unrelated error ("does not parse") and prove only that some dead letter was written."""
 
     def line(message: dict) -> bytes:
         return json.dumps(message, ensure_ascii=False).encode()
@@ -48,20 +53,16 @@ def catalogue() -> list[tuple[str, bytes, str | None]]:
     odd_types = {**ORDER_TYPES, "shape": "weird_type(3)"}
     return [
         ("good", line(canal("INSERT", [order(1, "a"), order(2, "b")], es=ES)), None),
-        ("not json", b"this is not JSON", "not JSON"),
-        ("truncated json", line(canal("INSERT", [order(21)], es=ES + 1))[:40], "not JSON"),
-        ("invalid utf-8", b'{"data": [{"id": "22", "name": "\xff\xfe"}]}', "UTF-8"),
-        ("wrong type", line(wrong_es), "es"),
-        ("unknown op", line(canal("MERGE", [order(23)], es=ES + 2)), "unknown op type"),
-        (
-            "no key known",
-            line(no_key),
-            "missing primary key",
-        ),
+        ("not json", b"this is not JSON", NOT_JSON),
+        ("truncated json", line(canal("INSERT", [order(21)], es=ES + 1))[:40], NOT_JSON),
+        ("invalid utf-8", b'{"data": [{"id": "22", "name": "\xff\xfe"}]}', "not valid UTF-8"),
+        ("wrong type", line(wrong_es), 'malformed ordering field ["es"]'),
+        ("unknown op", line(canal("MERGE", [order(23)], es=ES + 2)), 'unknown op type ["MERGE"]'),
+        ("no key known", line(no_key), "missing primary key (pkNames is empty)"),
         (
             "null key",
             line(canal("INSERT", [{**order(24), "id": None}], es=ES + 4)),
-            "NULL or absent primary key",
+            'NULL or absent primary key column in ["id"]',
         ),
         ("key change", line(canal("UPDATE", [order(7, "a")], old=[{"id": "1"}], es=ES + 5)), None),
         ("huge row", line(canal("INSERT", [order(3, HUGE)], es=ES + 6)), None),
@@ -78,7 +79,11 @@ def catalogue() -> list[tuple[str, bytes, str | None]]:
             ),
             None,
         ),
-        ("unreadable ddl", line(ddl("ALTER", "ALTER TABLE orders FROBNICATE the widgets", es=ES + 8)), "DDL"),
+        (
+            "unreadable ddl",
+            line(ddl("ALTER", "ALTER TABLE orders FROBNICATE the widgets", es=ES + 8)),
+            "DDL not applied: sqlglot (mysql) cannot read the statement",
+        ),
         (
             "future timestamp",
             line(canal("INSERT", [order(4, ts="2999-12-31 23:59:59.999")], es=4_102_444_800_000)),
@@ -87,7 +92,7 @@ def catalogue() -> list[tuple[str, bytes, str | None]]:
         (
             "decimal too wide",
             line(canal("INSERT", [order(5, amount="123456789012.00")], es=ES + 9)),
-            "'amount'",
+            "column 'amount': value '123456789012.00' does not fit decimal128(10, 2)",
         ),
     ]
 
@@ -98,18 +103,15 @@ ITEMS = {"good": 2}
 
 @pytest.fixture(scope="module")
 def outcome(spark, tmp_path_factory):
-    try:
-        import replicator.ddl  # noqa: F401
-    except ImportError:  # pragma: no cover - the DDL helper's module
-        pytest.skip("replicator.ddl (the DDL parser) is missing: the unreadable-DDL case cannot be defined")
     root = tmp_path_factory.mktemp("bad")
     folder = root / "in"
     folder.mkdir()
     cases = catalogue()
     (folder / "m.jsonl").write_bytes(b"\n".join(raw for _case, raw, _err in cases) + b"\n")
     runner = Runner(spark, job(root))
-    summary = runner.batch(folder)
-    return runner, summary, cases
+    with capture_logs() as logs:
+        summary = runner.batch(folder)
+    return runner, summary, cases, logs
 
 
 def dead_by_line(runner: Runner) -> dict[int, list[str]]:
@@ -120,7 +122,7 @@ def dead_by_line(runner: Runner) -> dict[int, list[str]]:
 
 
 def test_each_defect_has_its_outcome(outcome):
-    runner, _summary, cases = outcome
+    runner, _summary, cases, _logs = outcome
     dead = dead_by_line(runner)
     wrong = []
     for line, (case, _raw, expected) in enumerate(cases, start=1):
@@ -131,7 +133,7 @@ def test_each_defect_has_its_outcome(outcome):
 
 
 def test_applied_cases_reach_the_mirror(outcome):
-    runner, _summary, _cases = outcome
+    runner, _summary, _cases, _logs = outcome
     rows = {r["id"]: r for r in runner.mirror()}
     assert sorted(rows) == [2, 3, 4, 7]  # 1 moved to 7; 5 (too wide), 20..24 dead
     assert rows[3]["name"] == HUGE
@@ -143,13 +145,22 @@ def test_applied_cases_reach_the_mirror(outcome):
     ]
 
 
+def test_unknown_column_type_logs_its_warning(outcome):
+    """The catalogue promises a warning for a column of an unknown type, naming table, column and type."""
+    _runner, _summary, _cases, logs = outcome
+    warnings = [e for e in logs if e["log_level"] == "warning" and "unknown column type" in e["event"]]
+    assert [(e["table"], e["column"], e["source_type"]) for e in warnings] == [
+        ("shop.odd", "shape", "weird_type(3)")
+    ]
+
+
 def test_unreadable_ddl_leaves_the_schema(outcome):
-    runner, _summary, _cases = outcome
+    runner, _summary, _cases, _logs = outcome
     assert set(runner.mirror(cdc=False)[0]) == {"id", "name", "amount", "ts"}
 
 
 def test_accounting_adds_up_in_summary_and_status(outcome):
-    runner, summary, cases = outcome
+    runner, summary, cases, _logs = outcome
     items = sum(ITEMS.get(case, 1) for case, _raw, _err in cases)
     dead = sum(1 for _c, _r, err in cases if err is not None)
     assert summary.records_in == len(cases)
@@ -168,7 +179,7 @@ def test_accounting_adds_up_in_summary_and_status(outcome):
 
 def test_every_dead_letter_keeps_its_raw_record(outcome):
     """Decode-stage and apply-stage dead letters alike carry the record's bytes as received."""
-    runner, _summary, cases = outcome
+    runner, _summary, cases, _logs = outcome
     by_line = {line: raw for line, (_case, raw, _err) in enumerate(cases, start=1)}
     letters = runner.dead_letters()
     # the engine's (apply-stage) dead letters are among them: their dialect is not known
