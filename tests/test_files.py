@@ -6,6 +6,7 @@ from __future__ import annotations
 import mmap
 from pathlib import Path
 
+import pyarrow as pa
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -58,6 +59,10 @@ def test_a_chunk_names_its_file_and_lines(tmp_path: Path):
 def test_the_usual_file_is_split_by_arrow():
     """LF-ended lines with no blank line go the one-pass way (the general loop would give the same records,
     at five times the cost)."""
-    assert _split_plain(b'{"a":1}\n{"b":2}\n') is not None
-    assert _split_plain(b'{"a":1}\n{"b":2}') is not None
+    for content in (b'{"a":1}\n{"b":2}\n', b'{"a":1}\n{"b":2}'):
+        split = _split_plain(content)
+        assert split is not None
+        records, numbers = split
+        assert records.type == pa.binary()
+        assert (records.to_pylist(), list(numbers)) == ([b'{"a":1}', b'{"b":2}'], [1, 2])
     assert _split_plain(b'{"a":1}\r\n') is None

@@ -143,10 +143,11 @@ def test_the_session_starts_without_pysparks_dataframe_debugging(spark):
 def test_session_defaults_leave_what_spark_submit_set(spark):
     """Under spark-submit, --conf and spark-defaults.conf reach the JVM as system properties; the
     embedded session's launch passes its settings the same way, so they count as set."""
-    from replicator.spark import _unset
+    from replicator.spark import SESSION_DEFAULTS, _unset
 
-    master = spark.sparkContext.getConf().get("spark.master")
     assert _unset({"spark.master": "elsewhere", "spark.replicator.test.unset": "1"}) == {
         "spark.replicator.test.unset": "1"
     }
-    assert master.startswith("local")
+    assert _unset(SESSION_DEFAULTS) == {}  # the launch's own settings count as given
+    # the master the launch was given (the fixture's), not one a default put in its place
+    assert spark.sparkContext.getConf().get("spark.master") == os.environ["REPLICATOR_SPARK_MASTER"]

@@ -6,7 +6,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from replicator.types import arrow_type, column_type, parse_values
+from replicator.types import ColumnType, arrow_type, column_type, parse_values
 
 
 @pytest.mark.parametrize(
@@ -56,9 +56,9 @@ def test_type_mapping(source, expected):
 
 
 def test_unknown_types_are_strings_and_flagged():
-    assert column_type("geometrycollectionz") == column_type("geometrycollectionz")
-    assert not column_type("geometrycollectionz").known
-    assert column_type("geometrycollectionz").arrow == pa.string()
+    assert column_type("geometrycollectionz") == ColumnType(pa.string(), known=False)
+    assert column_type("GeometryCollectionZ(3)") == ColumnType(pa.string(), known=False)
+    assert column_type("varchar(8)") == ColumnType(pa.string(), known=True)  # a string, but a known one
 
 
 @pytest.mark.parametrize(
