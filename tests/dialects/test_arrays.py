@@ -42,6 +42,9 @@ def test_a_document_is_parsed_once_however_many_messages_it_holds(monkeypatch):
     events = decode(raw_records([document], "file:/in/doc.json"), "debezium")
     assert events.column("error").to_pylist() == [None] * 200
     assert [dict(a)["weight"] for a in events.column("after").to_pylist()] == ["3.140000104904175"] * 200
+    # every element went through the counted scanner (a count of nothing would pass the bound below) ...
+    assert sum(read) >= sum(len(m) for m in messages)
+    # ... and no character of the document was read twice
     assert sum(read) <= len(document)
 
 
