@@ -180,7 +180,12 @@ def test_drs_snapshot_messages_then_mirror(spark, tmp_path):
     write_jsonl(snap / "1.jsonl", second)
     states = bootstrap(config, snap, progress=False, files_per_batch=1)
     assert [(s.table, s.phase, s.snapshot_rows) for s in states] == [("items", "snapshot_done", 5)]
-    bootstrap(config, snap, progress=False, files_per_batch=1)  # re-run: both batches skipped
+    # A re-run skips both batches, unread: were they decoded again, these lines would be dead letters (the
+    # mirror's writes are idempotent per batch anyway, so only the files' reading tells).
+    write_jsonl(snap / "0.jsonl", ["not JSON, batch 0"])
+    write_jsonl(snap / "1.jsonl", ["not JSON, batch 1"])
+    bootstrap(config, snap, progress=False, files_per_batch=1)
+    assert Runner(spark, config).dead_letters() == []
 
     runner = Runner(spark, config)
     later = [
