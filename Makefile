@@ -45,7 +45,7 @@ format: install
 	$(BIN)/ruff check --fix replicator tests benchmarks jobs
 
 soak: install ## long randomized runs: many hypothesis examples through the real engine (not in `make test`)
-	HYPOTHESIS_PROFILE=soak $(BIN)/python -m pytest -q tests/test_properties.py tests/test_bad_input.py tests/test_crash.py
+	HYPOTHESIS_PROFILE=soak $(BIN)/python -m pytest -q --timeout 7200 tests/test_properties.py tests/test_bad_input.py tests/test_crash.py
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 
 bench: install ## the benchmarks of docs/performance.md (about 60 minutes); results in bench-out/*/result.json

@@ -376,6 +376,7 @@ def assert_accounted(
 # ---- the tests ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.timeout(1800)  # a dozen crashed and restarted jobs, each a Spark start
 @pytest.mark.slow
 @pytest.mark.parametrize("overlap", [True, False], ids=["applied-behind", "applied-in-batch"])
 def test_crash_points(tmp_path, overlap):

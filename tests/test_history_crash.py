@@ -55,6 +55,7 @@ def history_rows(root: Path, table: str) -> list[dict]:
     return sorted(rows, key=lambda r: (r["id"], r["_cdc_seq"]))
 
 
+@pytest.mark.timeout(1200)  # a dozen crashed and restarted jobs, each a Spark start
 @pytest.mark.slow
 def test_history_survives_kills_around_its_commit(tmp_path):
     crashed, clean = tmp_path / "crashed", tmp_path / "clean"
