@@ -138,8 +138,13 @@ def replay(statements: list[Statement], until: int | None = None, policy: Policy
 
 
 def same_value(a: Any, b: Any) -> bool:
+    """Equal values of one kind. Zone-aware datetimes are the same instant (whatever zone each is written
+    in); naive ones the same wall clock; an aware value never equals a naive one (which instant a wall clock
+    means is the question a mirror must not get wrong)."""
     if isinstance(a, Decimal) and isinstance(b, Decimal):
         return a == b
     if isinstance(a, dt.datetime) and isinstance(b, dt.datetime):
-        return a.replace(tzinfo=None) == b.replace(tzinfo=None)
+        if (a.utcoffset() is None) != (b.utcoffset() is None):
+            return False
+        return a == b  # Python compares aware datetimes as instants, naive ones field by field
     return bool(a == b) and type(a) is type(b)

@@ -313,6 +313,19 @@ def differences(root: Path, model: dict[str, dict[int, dict]]) -> list[str]:
     return problems
 
 
+def test_values_compare_aware_as_instants_and_naive_as_wall_clocks():
+    utc = dt.datetime(2024, 7, 1, 0, 0, tzinfo=dt.UTC)
+    shanghai = dt.datetime(2024, 7, 1, 8, 0, tzinfo=dt.timezone(dt.timedelta(hours=8)))
+    assert same_value(utc, shanghai)  # one instant, two zones
+    assert not same_value(utc, utc + dt.timedelta(microseconds=1))
+    assert not same_value(utc, shanghai.replace(hour=9))
+    assert same_value(dt.datetime(2024, 7, 1, 8), dt.datetime(2024, 7, 1, 8))
+    assert not same_value(dt.datetime(2024, 7, 1, 8), dt.datetime(2024, 7, 1, 0))
+    # a wall clock is no instant: not equal to an aware value of the same fields, nor of the same instant
+    assert not same_value(dt.datetime(2024, 7, 1, 0), utc)
+    assert not same_value(shanghai, dt.datetime(2024, 7, 1, 8))
+
+
 def events_of(message: dict) -> int:
     """Change events of a canal message: one per row, one for a DDL."""
     return len(message["data"]) if message["data"] is not None else 1
