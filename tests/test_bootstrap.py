@@ -171,6 +171,46 @@ def test_manifest_of_csv_files_with_types(tmp_path):
     assert loaded.truncate_seq == horizon("mysql-bin.000070:6816")
 
 
+BAD_MANIFESTS = {  # case -> (manifest, the start of its error line)
+    "top-level-list": ([{"database": "shop"}], "  (top level): Input should be a valid dictionary"),
+    "misspelt-tables": ({"tabels": []}, "  tabels: Extra inputs are not permitted"),
+    "misspelt-key": (
+        {"tables": [{"database": "shop", "table": "orders", "kye": ["id"]}]},
+        "  tables.0.kye: Extra inputs are not permitted",
+    ),
+    "no-table": ({"tables": [{"database": "shop"}]}, "  tables.0.table: Field required"),
+    "unknown-type": (
+        {"tables": [{"database": "shop", "table": "prices", "types": {"price": "decimal(10,2"}}]},
+        "  tables.0.types: Value error, price: unknown source type 'decimal(10,2'",
+    ),
+    "format": (
+        {"tables": [{"database": "shop", "table": "t", "format": "orc"}]},
+        "  tables.0.format: Input should be 'parquet' or 'csv'",
+    ),
+    "position": ({"position": "last tuesday", "tables": []}, "  position: Value error, cannot read position"),
+    "time": (
+        {"tables": [{"database": "shop", "table": "t", "event_time": "soon"}]},
+        "  tables.0.event_time: Value error, cannot read time 'soon'",
+    ),
+}
+
+
+@pytest.mark.parametrize(("manifest", "expected"), BAD_MANIFESTS.values(), ids=BAD_MANIFESTS)
+@pytest.mark.parametrize("given", ["folder", "file"])
+def test_a_manifest_is_validated_with_one_line_per_error(tmp_path, manifest, expected, given):
+    """Like the job file: unknown keys, wrong shapes, unknown types, unreadable positions and times are
+    errors naming the manifest and the key path, each on a line of its own."""
+    folder = tmp_path / "snap"
+    write_snapshot(folder, [[1]])
+    path = folder / "manifest.json"
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(BootstrapError) as caught:
+        bootstrap(job(tmp_path), folder if given == "folder" else path, progress=False)
+    lines = str(caught.value).splitlines()
+    assert lines[0] == f"{path}: invalid manifest"
+    assert [line for line in lines[1:] if line.startswith(expected)], lines
+
+
 def test_drs_snapshot_messages_then_mirror(spark, tmp_path):
     config = job(tmp_path, source={"dialect": "drs-json"})
     snap = tmp_path / "snap"

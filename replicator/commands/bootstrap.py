@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from replicator.apply.phases import INCREMENTAL, LOADING, SNAPSHOT_DONE, SNAPSHOT_LOADING, SNAPSHOT_SCHEMA
 from replicator.apply.table import CDC_FIELDS
-from replicator.config import ConfigError, JobConfig
+from replicator.config import ConfigError, JobConfig, _key_path
 from replicator.logging import get_logger
 from replicator.model import CDC_EVENT_TIME, CDC_OP, CDC_POSITION, CDC_SEQ
 from replicator.positions import horizon, parse_time
@@ -73,39 +74,100 @@ def _key(config: JobConfig, name: str, declared: list[str] | None) -> list[str]:
     return list(key)
 
 
+class _ManifestModel(BaseModel):
+    # Positions and times may be written as JSON numbers (a DRS id, epoch ms): kept as their text.
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+
+
+def _readable_position(value: str | None) -> str | None:
+    if value is not None:
+        horizon(value)  # PositionError (a ValueError) names the forms accepted
+    return value
+
+
+def _readable_time(value: str | None) -> str | None:
+    if value is not None:
+        parse_time(value)
+    return value
+
+
+class ManifestTable(_ManifestModel):
+    """One table of a manifest (docs/operations.md, "Bootstrap")."""
+
+    database: str
+    table: str
+    files: list[str] | None = Field(None, description="globs relative to the manifest's folder")
+    key: list[str] | None = Field(None, description="primary key columns; default: tables.keys")
+    format: Literal["parquet", "csv"] | None = None
+    types: dict[str, str] = Field(default_factory=dict, description="column -> source type (CSV)")
+    position: str | None = None
+    event_time: str | None = None
+
+    _position = field_validator("position")(_readable_position)
+    _event_time = field_validator("event_time")(_readable_time)
+
+    @field_validator("types")
+    @classmethod
+    def _known_types(cls, value: dict[str, str]) -> dict[str, str]:
+        for column, source_type in value.items():
+            if not column_type(source_type).known:
+                raise ValueError(f"{column}: unknown source type {source_type!r}")
+        return value
+
+
+class Manifest(_ManifestModel):
+    position: str | None = None
+    event_time: str | None = None
+    tables: list[ManifestTable]
+
+    _position = field_validator("position")(_readable_position)
+    _event_time = field_validator("event_time")(_readable_time)
+
+
+def parse_manifest(data: Any, source: str) -> Manifest:
+    """Validate a manifest's JSON value; errors name the file and each key path, one line each, as the job
+    file's do (replicator.config.parse_config)."""
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{source}: invalid manifest"]
+        for err in exc.errors():
+            got = "" if err["type"] == "missing" else f" (got {err.get('input')!r})"
+            lines.append(f"  {_key_path(err['loc'])}: {err['msg']}{got}")
+        raise BootstrapError("\n".join(lines)) from None
+
+
 def read_manifest(config: JobConfig, path: Path, position: str | None) -> list[TableSnapshot]:
     """``{"position": ..., "event_time": ..., "tables": [{"database", "table", "files": [globs], "key",
-    "format", "types", "position"}]}``; file globs are relative to the manifest's folder."""
+    "format", "types", "position", "event_time"}]}``; file globs are relative to the manifest's folder."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise BootstrapError(f"{path}: cannot read the manifest: {exc}") from None
+    manifest = parse_manifest(data, str(path))
     result = []
-    for i, entry in enumerate(data.get("tables") or []):
-        try:
-            database, table = entry["database"], entry["table"]
-        except KeyError as exc:
-            raise BootstrapError(f"{path}: tables[{i}] needs {exc.args[0]!r}") from None
+    for i, entry in enumerate(manifest.tables):
+        database, table = entry.database, entry.table
         files = sorted(
             {
                 f
-                for pattern in entry.get("files") or [f"{database}/{table}/*"]
+                for pattern in entry.files or [f"{database}/{table}/*"]
                 for f in path.parent.glob(pattern)
                 if f.suffix in TABLE_FILES
             }
         )
         if not files:
-            raise BootstrapError(f"{path}: tables[{i}] ({database}.{table}) names no .parquet/.csv file")
+            raise BootstrapError(f"{path}: tables.{i} ({database}.{table}) names no .parquet/.csv file")
         result.append(
             TableSnapshot(
                 database,
                 table,
                 files,
-                _key(config, f"{database}.{table}", entry.get("key")),
-                entry.get("format") or files[0].suffix[1:],
-                dict(entry.get("types") or {}),
-                entry.get("position") or data.get("position") or position,
-                entry.get("event_time") or data.get("event_time"),
+                _key(config, f"{database}.{table}", entry.key),
+                entry.format or files[0].suffix[1:],
+                dict(entry.types),
+                entry.position or manifest.position or position,
+                entry.event_time or manifest.event_time,
             )
         )
     return result
@@ -315,7 +377,8 @@ def bootstrap(
     state = State(config.state.path, config.name, writer_factory(config.target.writer))
     manifest = (
         root
-        if root.is_file() and root.suffix == ".json" and _is_manifest(root)
+        if root.is_file()
+        and (root.name == "manifest.json" or (root.suffix == ".json" and _is_manifest(root)))
         else (root / "manifest.json" if (root / "manifest.json").is_file() else None)
     )
     tables = (
@@ -344,7 +407,10 @@ def bootstrap(
 
 
 def _is_manifest(path: Path) -> bool:
+    """A JSON object with a manifest's top-level key (then validated, so another misspelt one is an
+    error); a change message or an array of them is not. A file named manifest.json always is one."""
     try:
-        return isinstance(json.loads(path.read_text(encoding="utf-8")).get("tables"), list)
-    except (OSError, ValueError, AttributeError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return False
+    return isinstance(data, dict) and not set(data).isdisjoint(Manifest.model_fields)
