@@ -81,3 +81,39 @@ def test_the_driver_plans_typing_from_the_threshold(spark, tmp_path, monkeypatch
     assert [[t for t, _schema in typing] for typing, _writes in planned] == [expected]
     assert [writes for _typing, writes in planned] == [()]  # the table has a mirror: the driver MERGEs
     assert runner.mirror()[0]["name"] == f"v{events - 1}"
+
+
+@pytest.mark.slow
+def test_a_real_large_batch_is_typed_and_written_by_the_fold_tasks(spark, tmp_path, monkeypatch):
+    """At the real threshold (no patched constant): a batch of TYPED_ON_EXECUTORS inserts into a new table is
+    written by the fold tasks, the next batch's as many updates are typed by them against the mirror; every
+    row of the mirror is the one the messages describe."""
+    n = 10_000  # engine.TYPED_ON_EXECUTORS, the split docs/performance.md measured
+    runner = Runner(spark, job(tmp_path))
+    planned: list[Any] = []
+    real = runner.engine._typing
+    monkeypatch.setattr(runner.engine, "_typing", lambda *a: planned.append(real(*a)) or planned[-1])
+    es = itertools.count(1_700_000_000_000, 10)
+
+    def rows(first: int, name: str) -> list[dict[str, Any]]:
+        return [order(i, f"{name}{i}", f"{i // 100}.{i % 100:02d}") for i in range(first, first + 100)]
+
+    inserts = [canal("INSERT", rows(i, "n"), es=next(es), types=T) for i in range(1, n + 1, 100)]
+    runner.messages(tmp_path, inserts)
+    updates = [
+        canal("UPDATE", rows(i, "u"), es=next(es), types=T, old=[{}] * 100) for i in range(1, n + 1, 100)
+    ]
+    summary = runner.messages(tmp_path, updates)
+
+    table = ("shop", None, "orders")
+    assert [[t for t, _schema in typing] for typing, _writes in planned] == [[table], [table]]
+    assert [[t for t, _uri in writes] for _typing, writes in planned] == [[table], []]
+    assert summary.applied == n and summary.dead_letters == 0
+    mirror = runner.mirror()
+    assert len(mirror) == n
+    assert [(r["id"], r["name"], str(r["amount"])) for r in mirror[:2] + mirror[-1:]] == [
+        (1, "u1", "0.01"),
+        (2, "u2", "0.02"),
+        (10_000, "u10000", "100.00"),
+    ]
+    assert all(r["name"] == f"u{r['id']}" and r["amount"] * 100 == r["id"] for r in mirror)
