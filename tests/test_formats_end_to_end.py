@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import shutil
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -93,3 +95,65 @@ def test_decode_command_prints_one_event_per_line(tmp_path, capsys, spark):
         ("update", "2223", None),
     ]
     assert {"dialect", "op", "database", "table", "primary_key", "position", "event_time"} <= set(lines[0])
+
+
+def test_dts_avro_datums_and_a_container_file_reach_the_mirror(spark, tmp_path):
+    """dts-avro through a real job: one base64 datum per line (*.b64) and an Avro object container file in
+    one batch (tests/fixtures/dts-avro/make_fixtures.py). Ordered by the DTS record id: the .b64 records
+    (ids 10-15: BEGIN, insert, update, delete of id 1, COMMIT, HEARTBEAT) before the container's (70-74:
+    insert 100 and 101, update 101, delete 100, HEARTBEAT); the mirror keeps 101 as last written."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    lines = (FIXTURES / "dts-avro" / "dml.b64").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 7
+    # the last line (a minimal-image update of a row never inserted) is left out: no full row to mirror
+    (folder / "dml.b64").write_text("\n".join(lines[:6]) + "\n", encoding="utf-8")
+    shutil.copy(FIXTURES / "dts-avro" / "container.avro", folder / "container.avro")
+    runner = Runner(spark, job(tmp_path, source={"dialect": "dts-avro"}))
+    summary = runner.batch(folder)
+    assert summary.dead_letters == 0 and runner.dead_letters() == []
+    assert runner.mirror("shop", "orders") == [
+        {
+            "id": 101,
+            "name": "mug",
+            "price": Decimal("4.50"),
+            "created": dt.datetime(2023, 11, 14, 22, 13, 20, 123000),  # DateTime: millis holds µs
+            "note": "blue",
+        }
+    ]
+
+
+def test_drs_json_c_files_reach_the_mirror_typed_in_the_source_zone(spark, tmp_path):
+    """drs-json-c through a real job: JSON-C writes TIMESTAMP as the source zone's wall clock, read in
+    source.timezone (Asia/Shanghai, as seed 003's DATETIME shows): the mirror holds the instant drs-json
+    carries as epoch seconds. Binary values are byte lists; an update replaces the row."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "drs-json-c" / "seed003-mysql-init-as-json-c.json", folder / "init.json")
+    lines = (FIXTURES / "drs-json-c" / "constructed-dml.jsonl").read_text(encoding="utf-8").splitlines()
+    (folder / "dml.jsonl").write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")  # INSERT, UPDATE
+    config = job(tmp_path, source={"dialect": "drs-json-c", "timezone": "Asia/Shanghai"})
+    runner = Runner(spark, config)
+    summary = runner.batch(folder)
+    assert summary.dead_letters == 0
+    instant = dt.datetime(2021, 6, 25, 9, 51, 53, 201000, tzinfo=dt.UTC)
+    assert runner.mirror("shop", "t1") == [
+        {
+            "id": 1,
+            "b": b"\x00\x7f\x80\xff",  # [0, 127, -128, -1]: Java's signed bytes
+            "ts": instant,
+            "dt": dt.datetime(2021, 6, 25, 17, 51, 53, 500000),  # DATETIME: the wall clock as written
+            "d": "-12.3400",  # DECIMAL without precision: its exact text
+            "f": 12510357.0,
+            "t": "new",
+        }
+    ]
+    [row] = runner.mirror("test01", "test")
+    assert (row["id"], row["c3"], row["c5"], row["c4"], row["c12"][:4], row["c9"]) == (
+        104,
+        103,
+        instant,
+        dt.datetime(2021, 6, 25, 17, 51, 53),
+        b"jgoj",
+        "9874510357",
+    )
