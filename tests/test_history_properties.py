@@ -101,3 +101,25 @@ def test_schema_changes_history_equals_model(spark, tmp_path, name):
     statements, plan = ddl_case([encoder])
     assert {s.kind for s in statements} >= {"add_column", "drop_column", "rename_table"}
     check(spark, tmp_path, encoder, statements, plan)
+
+
+def test_a_late_event_before_a_truncate_meets_it_after_a_rename(spark, tmp_path):
+    """Found by the widened workloads: batch 0 holds only a TRUNCATE (the name has no history table yet,
+    only the truncate's marker); batch 1 brings the insert that preceded it, late, and a RENAME. The
+    marker moves with the rename, so the late insert's version is closed by the truncate."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from tests.model import Op, Statement
+
+    def row(i: int) -> dict[str, Any]:
+        return {"id": i, "name": "", "amount": Decimal("0.00"), "ts": dt.datetime(2000, 1, 1), "flag": 0}
+
+    t = 1_700_000_000_000
+    statements = [
+        Statement("insert", (Op("insert", after=row(102)),), t),
+        Statement("truncate", (), t),
+        Statement("insert", (Op("insert", after=row(7)),), t),
+        Statement("rename_table", (), t, table=RENAMED),
+    ]
+    check(spark, tmp_path, BY_NAME["canal-json"], statements, [[1], [2, 0, 3]])

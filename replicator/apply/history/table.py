@@ -356,18 +356,20 @@ def record_history(
 def _move(
     config: JobConfig, state: State, writer: WriterFactory, old: TableId, new: TableId, batch_id: int
 ) -> None:
-    """The old name's history (and markers) to the new name, once (a replayed batch finds it moved)."""
+    """The old name's history (and markers) to the new name, once (a replayed batch finds it moved).
+
+    The markers move even when the old name has no history table yet: a TRUNCATE (or a delete) may be all
+    it has seen, and a late event of the old name that the rename carries over must still meet it."""
     target = Path(config.target.path)
     source = writer(history_path(target.joinpath(*_parts(old))))
-    if not source.exists():
-        return
-    moved = writer(history_path(target.joinpath(*_parts(new))))
-    if moved.exists():
-        done = moved.applied_version(state.txn(batch_id).app_id)
-        if done is not None and done >= batch_id:
-            return
-        moved.move_to(f"{moved.path}.replaced-{batch_id}")
-    source.move_to(moved.path)
+    if source.exists():
+        moved = writer(history_path(target.joinpath(*_parts(new))))
+        if moved.exists():
+            done = moved.applied_version(state.txn(batch_id).app_id)
+            if done is not None and done >= batch_id:
+                return
+            moved.move_to(f"{moved.path}.replaced-{batch_id}")
+        source.move_to(moved.path)
     markers, markers_to = markers_root(state, old), markers_root(state, new)
     if markers.exists():
         if markers_to.exists():
