@@ -45,7 +45,9 @@ format: install
 	$(BIN)/ruff check --fix replicator tests benchmarks jobs
 
 soak: install ## long randomized runs: many hypothesis examples through the real engine (not in `make test`)
-	HYPOTHESIS_PROFILE=soak $(BIN)/python -m pytest -q --timeout 7200 tests/test_properties.py tests/test_bad_input.py tests/test_crash.py
+	@# New random examples each run; the seed is printed (first and last): HYPOTHESIS_SEED=N repeats a run.
+	HYPOTHESIS_PROFILE=soak HYPOTHESIS_SEED=$(HYPOTHESIS_SEED) $(BIN)/python -m pytest -q --timeout 7200 \
+	  tests/test_properties.py tests/test_bad_input.py tests/test_crash.py
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 
 bench: install ## the benchmarks of docs/performance.md (about 60 minutes); results in bench-out/*/result.json

@@ -1,18 +1,49 @@
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 # `ci` (default): reproducible examples, no deadline (an example may run Spark jobs). `soak` (make soak):
-# many random examples; the Spark-backed properties (tests/test_properties.py) scale up with it.
+# many random examples, new ones each run (the seed is printed); the Spark-backed properties
+# (tests/test_properties.py and the replay and history ones) scale up with it.
 settings.register_profile("ci", deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(
     "soak", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+SOAK = os.environ.get("HYPOTHESIS_PROFILE") == "soak"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under soak, new random examples each run from one seed: HYPOTHESIS_SEED (or --hypothesis-seed) when
+    given, else a fresh one; printed first and last, so a run that found something can be drawn again."""
+    if not SOAK:
+        return
+    from hypothesis import core
+
+    given = config.getoption("--hypothesis-seed", None) or os.environ.get("HYPOTHESIS_SEED")
+    seed = int(given) if given else random.randrange(2**32)
+    core.global_force_seed = seed  # what hypothesis' own --hypothesis-seed sets
+    os.environ["HYPOTHESIS_SEED"] = str(seed)  # the crash tests' extra random seed (tests/test_crash.py)
+
+
+def _seed_line() -> str:
+    seed = os.environ["HYPOTHESIS_SEED"]
+    return f"hypothesis seed {seed} (again: make soak HYPOTHESIS_SEED={seed})"
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return _seed_line() if SOAK else None
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
+    if SOAK:
+        terminalreporter.write_line(_seed_line())
+
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("REPLICATOR_SHARED", REPO.parent / "shared"))

@@ -508,8 +508,10 @@ def kill_after(config: Path, batches: int, delay: float) -> str:
     return f"{outcome}; batches logged {batch_ids(log)}"
 
 
-# CI runs the first seed; `make soak` (HYPOTHESIS_PROFILE=soak) runs them all.
-SEEDS = [11, 23, 37] if os.environ.get("HYPOTHESIS_PROFILE") == "soak" else [11]
+# CI runs the first seed; `make soak` (HYPOTHESIS_PROFILE=soak) runs them all and the run's own random seed
+# (tests/conftest.py prints it).
+SOAK = os.environ.get("HYPOTHESIS_PROFILE") == "soak"
+SEEDS = [11, 23, 37, int(os.environ.get("HYPOTHESIS_SEED") or 0)] if SOAK else [11]
 
 
 @pytest.mark.slow

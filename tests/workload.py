@@ -1,8 +1,9 @@
 """Randomized workloads (hypothesis strategies) and their encodings in the dialects' wire formats.
 
 A workload is a list of :class:`tests.model.Statement` over one table ``shop.orders`` with the fixed typed
-schema of :data:`tests.model.COLUMNS` and a small key space. An :class:`Encoder` renders it the way the real
-tool writes it (shapes follow the golden fixtures under ``tests/fixtures/<dialect>/`` and
+schema of :data:`tests.model.COLUMNS`, keys anywhere in int(11) (a deleted one re-inserted now and then)
+and values from each column type's whole range, its edge values often. An :class:`Encoder` renders it the
+way the real tool writes it (shapes follow the golden fixtures under ``tests/fixtures/<dialect>/`` and
 ``docs/dialects/``), returning one JSON text per Kafka record plus the keys each record touches, and maps a
 mirror row back to logical values (untyped dialects leave text columns).
 
@@ -44,6 +45,7 @@ MYSQL_TYPES = {
 JDBC = {"id": 4, "name": 12, "amount": 3, "ts": 93, "flag": -6, ADDED: 12}
 DDL_OPS = frozenset(DDL_KINDS)
 
+# Edge values every run meets often (sampled half the time), then any value of the column's type.
 NAMES = ["", None, "a", "小春😀", 'it\'s "q" \\ ', " x "]
 AMOUNTS = [
     Decimal("0.00"),
@@ -62,38 +64,65 @@ TIMES = [
 ]
 FLAGS = [0, 1, -128, 127, None]
 NOTES = ["n", None, "", "ü"]
-VALUES = {"name": NAMES, "amount": AMOUNTS, "ts": TIMES, "flag": FLAGS, ADDED: NOTES}
+EDGES = {"name": NAMES, "amount": AMOUNTS, "ts": TIMES, "flag": FLAGS, ADDED: NOTES}
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1  # int(11): the key's whole range
+
+
+def _milliseconds(value: dt.datetime) -> dt.datetime:
+    return value.replace(microsecond=value.microsecond // 1000 * 1000)
+
+
+# Each column's whole range (MYSQL_TYPES): varchar(n) any n characters (surrogates aside: not text),
+# decimal(10,2), datetime(3) from 1000-01-01 to 9999-12-31 in ms, tinyint.
+WIDE: dict[str, st.SearchStrategy[Any]] = {
+    "name": st.text(max_size=32),
+    "amount": st.decimals(
+        min_value=Decimal("-99999999.99"), max_value=Decimal("99999999.99"), places=2, allow_nan=False
+    ),
+    "ts": st.datetimes(dt.datetime(1000, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999000)).map(
+        _milliseconds
+    ),
+    "flag": st.integers(-128, 127),
+    ADDED: st.text(max_size=16),
+}
+VALUES = {c: st.one_of(st.sampled_from(EDGES[c]), WIDE[c]) for c in EDGES}
 
 
 # ---- strategies -------------------------------------------------------------------------------------------
 def rows(key: int, columns: list[str] | None = None) -> st.SearchStrategy[Row]:
     """A full row image of ``key`` over ``columns`` (default: the initial schema)."""
     columns = columns or [c for c in MYSQL_TYPES if c != ADDED]
-    return st.fixed_dictionaries(
-        {c: st.just(key) if c == KEY else st.sampled_from(VALUES[c]) for c in columns}
-    )
+    return st.fixed_dictionaries({c: st.just(key) if c == KEY else VALUES[c] for c in columns})
+
+
+def new_keys(table: Table, used: set[int], size: int) -> st.SearchStrategy[list[int]]:
+    """Keys not in ``table``: one used before (a re-insert after a delete or a key change) or any int."""
+    old = sorted(used - set(table.rows))
+    fresh = st.integers(INT_MIN, INT_MAX)
+    key = st.one_of(st.sampled_from(old), fresh) if old else fresh
+    return st.lists(key.filter(lambda k: k not in table.rows), min_size=1, max_size=size, unique=True)
 
 
 @st.composite
 def workloads(
     draw: st.DrawFn,
-    keys: int = 4,
     max_statements: int = 10,
     truncate: bool = True,
     ddl: frozenset[str] = frozenset(),
     max_ddl: int = 2,
 ) -> list[Statement]:
-    """Valid statement sequences: inserts of absent keys, updates / deletes / key changes of present ones,
+    """Valid statement sequences: inserts of absent keys (any int, or one used before), updates / deletes /
+    key changes of present ones,
     now and then a TRUNCATE and, among the ``ddl`` kinds allowed, rarely (at most ``max_ddl``, each kind
     once) an ADD COLUMN ``note``, a DROP COLUMN or a RENAME TABLE. Commit times never go back but may
     repeat (same millisecond)."""
     table = Table()
     statements: list[Statement] = []
+    used: set[int] = set()
     time = T0
     for _ in range(draw(st.integers(1, max_statements))):
         time += draw(st.sampled_from([0, 1, 1000]))
         present = sorted(table.rows)
-        absent = [k for k in range(1, keys + 1) if k not in table.rows]
         done = {s.kind for s in statements if s.ddl}
         schema = [k for k in sorted(ddl - done) if statements and len(done) < max_ddl]
         schema = [k for k in schema if k != "drop_column" or len(table.columns) > 2]
@@ -109,14 +138,13 @@ def workloads(
             table.apply_statement(statement)
             statements.append(statement)
             continue
-        kinds = (["insert"] if absent else []) + (["update", "delete"] if present else [])
-        kinds += ["key_change"] if present and absent else []
+        kinds = ["insert"] + (["update", "delete", "key_change"] if present else [])
         kinds += ["truncate"] if truncate and present and statements else []
         kind = draw(st.sampled_from(kinds))
         ops: list[Op] = []
         # Copies: the model's rows change in place under later schema changes.
         if kind == "insert":
-            for k in draw(st.lists(st.sampled_from(absent), min_size=1, max_size=3, unique=True)):
+            for k in draw(new_keys(table, used, 3)):
                 ops.append(Op("insert", after=draw(rows(k, table.columns))))
         elif kind == "update":
             for k in draw(st.lists(st.sampled_from(present), min_size=1, max_size=3, unique=True)):
@@ -125,9 +153,10 @@ def workloads(
             for k in draw(st.lists(st.sampled_from(present), min_size=1, max_size=2, unique=True)):
                 ops.append(Op("delete", before=dict(table.rows[k])))
         elif kind == "key_change":
-            old, new = draw(st.sampled_from(present)), draw(st.sampled_from(absent))
+            old, [new] = draw(st.sampled_from(present)), draw(new_keys(table, used, 1))
             ops.append(Op("update", before=dict(table.rows[old]), after={**table.rows[old], KEY: new}))
         statement = Statement("truncate" if kind == "truncate" else ops[0].kind, tuple(ops), time)
+        used |= {op.after[KEY] for op in ops if op.after is not None}
         table.apply_statement(statement)
         statements.append(statement)
     return statements
