@@ -414,6 +414,8 @@ class Engine:
                 }
                 if result.ignored_values:
                     summary.tables[name]["ignored_values"] = result.ignored_values
+                if result.partial_documents:  # drs-mongo documents kept from patches alone (issue 35)
+                    summary.tables[name]["partial_documents"] = result.partial_documents
         if dead_rows:
             dead = self._engine_dead_letters(batch, dead_rows, batch_id)
             self.state.write_dead_letters(dead, batch_id, ":apply")
