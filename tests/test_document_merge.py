@@ -68,11 +68,12 @@ def model_unset(doc: dict, path: str) -> None:
 
 
 @st.composite
-def histories(draw, keys=("k1", "k2", "k3"), max_steps=14):
-    """The source's changes in order: (position, key, kind, payload), and the final documents."""
+def histories(draw, keys=("k1", "k2", "k3"), max_steps=14, id_of=lambda key: key, min_steps=1):
+    """The source's changes in order: (position, key, kind, payload), and the final documents (``_id``:
+    ``id_of(key)``)."""
     docs: dict[str, dict] = {}
     changes = []
-    for step in range(draw(st.integers(1, max_steps))):
+    for step in range(draw(st.integers(min_steps, max_steps))):
         key = draw(st.sampled_from(keys))
         position = (1_700_000_000 + step // 3, step % 3 + 1, 100 + step)
         if key not in docs:
@@ -83,7 +84,7 @@ def histories(draw, keys=("k1", "k2", "k3"), max_steps=14):
             body = {f: draw(values) for f in draw(st.sets(st.sampled_from(["a", "b", "c"])))}
             if draw(st.booleans()):
                 body["meta"] = {"x": draw(values)}
-            docs[key] = {"_id": key, **body}
+            docs[key] = {"_id": id_of(key), **body}
             changes.append((position, key, kind, render(docs[key])))
         elif kind == "delete":
             del docs[key]
@@ -105,12 +106,13 @@ def histories(draw, keys=("k1", "k2", "k3"), max_steps=14):
 
 
 @st.composite
-def deliveries(draw, changes):
+def deliveries(draw, changes, min_batches=1):
     """The changes shuffled, some delivered more than once, split into micro-batches."""
     rng = random.Random(draw(st.integers(0, 2**32)))
     delivered = list(changes) + [c for c in changes if rng.random() < 0.3]
     rng.shuffle(delivered)
-    cuts = sorted(rng.sample(range(1, len(delivered)), min(len(delivered) - 1, draw(st.integers(0, 3)))))
+    splits = draw(st.integers(min_batches - 1, 3))
+    cuts = sorted(rng.sample(range(1, len(delivered)), min(len(delivered) - 1, splits)))
     return [delivered[i:j] for i, j in zip([0, *cuts], [*cuts, len(delivered)], strict=True)]
 
 
@@ -135,7 +137,7 @@ def mirror_after(batches) -> dict[str, dict]:
             if kind == "patch":
                 state.patch(position, documents.loads(payload))
             else:
-                state.image(position, documents.loads(payload) if payload is not None else None)
+                state.full(position, documents.loads(payload) if payload is not None else None)
         for key, state in states.items():
             if state.exists():
                 rows[key] = (state.document_json(), state.fields_json(), state.newest())
@@ -172,7 +174,7 @@ def test_numbers_keep_every_digit(decimal: Decimal, integer: int):
         f'{{"_id":"x","n":{number},"i":{integer},"keep":1.50,"m":{number}}}'
     )
     state = documents.Document("x")
-    state.image((1,), documents.loads(text))
+    state.full((1,), documents.loads(text))
     state.patch((2,), documents.loads(f'{{"$set":{{"meta.m":{number}}}}}'))
     assert state.document_json() == text[:-1] + f',"meta":{{"m":{number}}}}}'
     again = documents.Document.stored("x", state.document_json(), state.fields_json(), state.newest())

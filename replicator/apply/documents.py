@@ -6,16 +6,19 @@ DRS sends a MongoDB document's changes as full images (``insert``, ``replace``),
 wrong as soon as a message came late or twice (issue 35). So each stored document keeps, in its
 ``_cdc_fields`` column, the state a change is merged into:
 
-- ``base``: the source position of the newest full image or delete, and ``kind`` (``image`` / ``delete``;
-  none while only patches were seen);
-- ``ops``: per dotted path, the newest patch newer than ``base`` (position, ``set`` + value or ``unset``).
+- ``base``: the source position of the newest full image or delete, ``kind`` (``image`` / ``delete``;
+  none while only patches were seen) and, while patches follow it, the ``image`` itself;
+- ``patches``: the patches newer than ``base``, each with its position.
 
-A change at a position not newer than what it would overwrite changes nothing: a full image replaces the
-document only when newer than ``base`` (patches newer than it are applied again on top of it), a patch
-writes a path only when newer than ``base`` and than the ops on that path and its ancestors, a delete is a
-full image of no document. The state is then a function of the set of changes seen, not of their order:
-redelivering or reordering changes nothing. A document exists when its newest change is not a delete; it
-is *partial* (``_cdc_partial``) while no full image older than its patches was seen.
+The document is the image with those patches applied in position order. A full image older than ``base``
+changes nothing; a newer one becomes the base and drops the patches older than itself (fields a newer patch
+wrote stay as that patch wrote them); a patch older than ``base`` changes nothing, a newer one joins the
+patches (where it falls in position order: a field written by a newer patch stays as that one wrote it);
+a delete is a full image of no document. The state is a function of the set of changes seen, not of
+their order: redelivering or reordering changes nothing. A document exists when its newest change is not
+a delete; it is *partial* (``_cdc_partial``) while no full image older than its patches was seen.
+Patches are kept whole, not as a position per field, because a ``$set`` of ``a.b`` also creates ``a``: a
+later ``$unset`` of ``a.b`` leaves ``{}`` in the source, which only a replay in order reproduces.
 
 Positions are the source's (clusterTime seconds, increment, DRS id): the seq without its delivery
 coordinates. Numbers stay as written (``replicator.dialects.jsontext``: ``1.50`` stays ``1.50``).
@@ -149,101 +152,75 @@ def apply_patches(document_json: str | None, patches: Iterable[str]) -> str | No
 # ---- the merge state -------------------------------------------------------------------------------------
 @dataclass
 class Document:
-    """One document's merge state (see the module's docstring)."""
+    """One document's merge state (see the module's docstring): the newest full image or delete (``base``,
+    ``kind``, ``image``) and the patches newer than it, by source position. The document is the image with
+    the patches applied in position order: the source's own replay, whatever order they came in."""
 
     key: str
-    document: dict[str, Any] | None = None  # the materialized document (None: none was ever seen)
     base: Position = ()
     kind: str | None = None
-    ops: dict[str, tuple[Position, str, Any]] = field(default_factory=dict)
+    image: dict[str, Any] | None = None
+    patches: dict[Position, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def stored(cls, key: str, document: str | None, fields: str | None, seq: Position) -> Document:
         """From the mirror's row; a row written before the merge state existed counts as a full image at
         its ``_cdc_seq``."""
-        doc = loads(document) if document is not None else None
         if not fields:
-            return cls(key, doc, seq, IMAGE)
+            return cls(key, seq, IMAGE, loads(document) if document is not None else None)
         state = loads(fields)
-        stored_ops = (state.get("ops") or {}).items()
-        ops = {p: (tuple(o[0]), o[1], o[2] if len(o) > 2 else None) for p, o in stored_ops}
-        return cls(key, doc, tuple(state.get("base") or ()), state.get("kind"), ops)
+        kind = state.get("kind")
+        patches = {tuple(p): spec for p, spec in state.get("patches") or []}
+        image = state.get("image") if patches else (loads(document) if document is not None else None)
+        return cls(key, tuple(state.get("base") or ()), kind, image if kind == IMAGE else None, patches)
 
     @classmethod
     def tombstone(cls, key: str, seq: Position) -> Document:
         """A deleted document (its key's tombstone)."""
-        return cls(key, None, seq, DELETE)
+        return cls(key, seq, DELETE)
 
     # ---- what it is ----
     def newest(self) -> Position:
-        return max([self.base, *(o[0] for o in self.ops.values())])
+        return max([self.base, *self.patches])
 
     def exists(self) -> bool:
-        if any(o[0] > self.base for o in self.ops.values()):
-            return True
-        return self.kind == IMAGE
+        return bool(self.patches) or self.kind == IMAGE
 
     def partial(self) -> bool:
         return self.exists() and self.kind != IMAGE
 
     def fields_json(self) -> str:
-        ops = {p: [list(o[0]), o[1], *([o[2]] if o[1] == "set" else [])] for p, o in sorted(self.ops.items())}
-        return dumps({"base": list(self.base), "kind": self.kind, "ops": ops})
+        state: dict[str, Any] = {"base": list(self.base), "kind": self.kind}
+        if self.patches:
+            state["patches"] = [[list(p), self.patches[p]] for p in sorted(self.patches)]
+            if self.image is not None:  # (without patches, the document is the image)
+                state["image"] = self.image
+        return dumps(state)
 
     def document_json(self) -> str | None:
         if not self.exists():
             return None
-        doc = self.document if self.document is not None else {}
+        doc = copy.deepcopy(self.image) if self.image is not None else {}
+        for position in sorted(self.patches):
+            apply_patch(doc, self.patches[position])
         if "_id" not in doc:
             doc = {"_id": id_value(self.key), **doc}
         return dumps(doc)
 
     def fingerprint(self) -> tuple[Any, ...]:
-        return (self.exists(), self.document_json(), self.fields_json() if self.exists() else self.base)
+        return (self.exists(), self.fields_json())
 
     # ---- changes ----
-    def _replay(self, doc: dict[str, Any], after: Position) -> dict[str, Any]:
-        """Apply the ops newer than ``after`` to ``doc``, oldest first."""
-        for path, (_pos, kind, value) in sorted(self.ops.items(), key=lambda item: item[1][0]):
-            if _pos > after:
-                if kind == "set":
-                    set_path(doc, path, value)
-                else:
-                    unset_path(doc, path)
-        return doc
-
-    def image(self, position: Position, image: dict[str, Any] | None) -> None:
+    def full(self, position: Position, image: dict[str, Any] | None) -> None:
         """A full image (``None``: a delete) at ``position``."""
         if position <= self.base:
             return
         self.base, self.kind = position, IMAGE if image is not None else DELETE
-        self.ops = {p: o for p, o in self.ops.items() if o[0] > position}
-        self.document = self._replay(copy.deepcopy(image) if image is not None else {}, position)
+        self.image = image
+        self.patches = {p: spec for p, spec in self.patches.items() if p > position}
 
     def patch(self, position: Position, patch: dict[str, Any]) -> None:
         """A ``$set`` / ``$unset`` spec at ``position``."""
-        if position <= self.base:
-            return
-        changed = False
-        for path, kind, value in patch_ops(patch):
-            covering = (path, *_ancestors(path))
-            if any(self.ops[p][0] >= position for p in covering if p in self.ops):
-                continue  # a newer op on the path or an ancestor has the last word
-            for p in [p for p, o in self.ops.items() if p.startswith(path + ".") and o[0] < position]:
-                del self.ops[p]  # older ops under it: replaced by this one
-            self.ops[path] = (position, kind, value)
-            changed = True
-        if changed:
-            doc = self.document if self.document is not None else {}
-            for path, kind, value in patch_ops(patch):
-                if self.ops.get(path, ((), "", None))[0] == position:
-                    if kind == "set":
-                        set_path(doc, path, value)
-                    else:
-                        unset_path(doc, path)
-            self.document = self._replay(doc, position)  # newer ops on its subtree win again
-
-
-def _ancestors(path: str) -> list[str]:
-    parts = path.split(".")
-    return [".".join(parts[:i]) for i in range(1, len(parts))]
+        patch_ops(patch)  # refuses what is not an update spec of $set / $unset
+        if position > self.base:
+            self.patches[position] = patch

@@ -360,7 +360,7 @@ class TableApplier:
                 if r["base_op"] is not None:
                     image = dict(r["image"] or [])
                     full = image.get("document") if r["base_op"] != "delete" else None
-                    state.image(_position(r["base_seq"]), None if full is None else documents.loads(full))
+                    state.full(_position(r["base_seq"]), None if full is None else documents.loads(full))
                 for patch, seq in zip(r["patches"] or [], r["patch_seqs"] or [], strict=True):
                     state.patch(_position(seq), documents.loads(patch))
             except (documents.PatchError, ValueError) as exc:
@@ -509,6 +509,8 @@ class TableApplier:
                 return None
         part, dead = self.resolve_documents(part)
         self.result.dead.extend(dead)
+        if part.num_rows == 0:  # documents that nothing changed (resolve_documents)
+            return None
         keys = pc.unique(images(part).combine_chunks().keys).to_pylist() if part.num_rows else []
         if TYPED in part.column_names:  # typed by the fold tasks; the images' other columns are in REST
             keys = [f.name for f in part.schema.field(TYPED).type] + keys
