@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from replicator import payload
 from replicator.apply import documents
 from replicator.fold import mirror_files
+from replicator.fold.arrow import delivered_after, rows_system, seq_system
 from replicator.logging import get_logger
 from replicator.model import (
     CDC_COLUMNS,
@@ -49,6 +50,9 @@ TOMBSTONE_DELETED_AT = "_cdc_deleted_at"
 # The delivery coordinates every seq ends with (batch, partition, offset, message, row; dialects.events).
 DELIVERY_PARTS = 5
 _DOCUMENT_FIELDS = [pa.field(documents.FIELDS, pa.string()), pa.field(documents.PARTIAL, pa.bool_())]
+
+
+HORIZON = "horizon_seq"  # a barrier event's truncate point in its table's DML system (TableApplier.horizon)
 
 
 def _position(seq: str | None) -> tuple[int, ...]:
@@ -446,6 +450,9 @@ class TableApplier:
         if self.work.files is not None:
             return self.commit_files(rows, txn)
         barriers = self.work.barriers
+        system = rows_system(rows)
+        if system is not None and system != self.table_state.seq_system:
+            self.table_state = replace(self.table_state, seq_system=system)
         committed = False
         for segment in range(len(barriers) + 1):  # rows before each barrier, then the rows after the last
             last_segment = segment == len(barriers)
@@ -461,7 +468,7 @@ class TableApplier:
             if typed is not None:
                 committed = self.commit_rows(typed, txn if last_segment else None) or committed
             if not last_segment:
-                self.apply_barrier(barriers[segment])
+                self.apply_barrier(self.in_rows_system(barriers[segment]))
         if not committed and self.mirror.exists():
             self.mirror.mark(txn)
         self.result.state = self.table_state
@@ -552,6 +559,21 @@ class TableApplier:
                 last_position=positions[at].as_py(),
                 last_event_time=times[at].as_py(),
             )
+
+    def horizon(self, event: dict[str, Any], state: TableState | None = None) -> str:
+        """A barrier's truncate point / horizon for a table (``state``: this one's): its seq, or where the
+        table's DML is in another coordinate system, its place by delivery after the newest DML applied
+        (fold.arrow.delivered_after; the rows of the segments before it are applied by now)."""
+        state = state or self.table_state
+        own = str(event.get("seq_text") or "")
+        if state.seq_system is None or state.seq_system == (seq_system(event) or "") or not own:
+            return own
+        return delivered_after(state.last_seq, own)
+
+    def in_rows_system(self, event: dict[str, Any]) -> dict[str, Any]:
+        """The barrier event with its horizon for this table (``HORIZON``) where it differs from its seq."""
+        horizon = self.horizon(event)
+        return event if horizon == event.get("seq_text") else {**event, HORIZON: horizon}
 
     def apply_barrier(self, event: dict[str, Any]) -> None:
         self.result.ddl.append(event)

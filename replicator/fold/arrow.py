@@ -43,6 +43,30 @@ class Barrier:
     system: str | None = None  # meta.seq_system of the barrier event
 
 
+def delivered_after(newest: str | None, barrier_seq_text: str) -> str:
+    """The seq, in the coordinate system of a table's DML, of a barrier stated in another system (CKafka:
+    canal-shaped DDL by es/id beside format-one DML by binlog file/pos, seed 001): placed by delivery, right
+    after ``newest`` (the newest DML of the table applied before it, a seq text of that system; None: before
+    any), i.e. that DML's source part followed by the barrier's delivery coordinates. The truncate point and
+    horizon a TRUNCATE, DROP or RENAME leaves then compare with the table's DML by seq as the delivery order
+    decided (:func:`_segments` splits a batch's DML at the barrier the same way)."""
+    delivery = barrier_seq_text[-DELIVERY_CHARS:]
+    if newest and len(newest) > DELIVERY_CHARS:
+        return newest[:-DELIVERY_CHARS] + delivery
+    return "0" * SEQ_WIDTH + "." + delivery
+
+
+def rows_system(rows: pa.Table) -> str | None:
+    """The coordinate system of a table's folded rows (meta.seq_system, "" the dialect's usual one), None
+    without rows."""
+    if rows.num_rows == 0:
+        return None
+    if "meta" not in rows.column_names:
+        return ""
+    systems = pc.map_lookup(rows["meta"].slice(0, 1), SEQ_SYSTEM, "first").to_pylist()
+    return systems[0] or ""
+
+
 def seq_system(event: Mapping[str, object]) -> str | None:
     """The coordinate system an event (a dict, maps as dicts) states for its seq, or None."""
     meta = event.get("meta")
