@@ -45,6 +45,7 @@ from replicator.apply import (
     bulk_load,
     declared_keys,
     expire_tombstones,
+    inherited_key,
     plan_barriers,
     record_history,
     rename_units,
@@ -300,6 +301,13 @@ class Engine:
                 unkeyed.append(table)
                 if own_barriers:  # its DDL still applies (the DML waits for a key)
                     barrier_only.append(table)
+        known_keys = {**{t: s.primary_key for t, s in registry.items()}, **selected}
+        for table in list(unkeyed):  # renamed in this batch: the key goes with the table
+            if key := list(inherited_key(table, all_barriers, known_keys)):
+                selected[table] = key
+                unkeyed.remove(table)
+                if table in barrier_only:
+                    barrier_only.remove(table)
         summary.filtered += excluded_events
         summary.events = sum(g["n"] for g in groups if g["ok"] and g["op"] != "filtered")
         work.excluded_events = excluded_events
@@ -414,6 +422,8 @@ class Engine:
                 }
                 if result.ignored_values:
                     summary.tables[name]["ignored_values"] = result.ignored_values
+                if result.partial_documents:  # drs-mongo documents kept from patches alone (issue 35)
+                    summary.tables[name]["partial_documents"] = result.partial_documents
         if dead_rows:
             dead = self._engine_dead_letters(batch, dead_rows, batch_id)
             self.state.write_dead_letters(dead, batch_id, ":apply")

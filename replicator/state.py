@@ -89,6 +89,7 @@ TABLE_SCHEMA = pa.schema(
         ("last_event_time", pa.timestamp("us", tz="UTC")),
         ("snapshot_rows", pa.int64()),
         ("updated_at", pa.timestamp("us", tz="UTC")),
+        ("seq_system", pa.string()),
     ]
 )
 
@@ -112,6 +113,10 @@ class TableState:
     last_event_time: dt.datetime | None = None
     snapshot_rows: int = 0
     updated_at: dt.datetime | None = None
+    # The coordinate system of the table's DML seqs (meta.seq_system; "" the dialect's usual one, None not
+    # known yet): a barrier of another system gets its truncate point in this one
+    # (fold.arrow.delivered_after).
+    seq_system: str | None = None
 
     @property
     def id(self) -> TableId:
@@ -201,7 +206,7 @@ class State:
                 writer.create(TABLE_SCHEMA)
             (
                 DeltaTable(writer.path)
-                .merge(data, predicate=on, source_alias="s", target_alias="t")
+                .merge(data, predicate=on, source_alias="s", target_alias="t", merge_schema=True)
                 .when_matched_update_all()
                 .when_not_matched_insert_all()
                 .execute()

@@ -309,8 +309,8 @@ def _to_bool(values: pa.Array) -> pa.Array:
     lowered = pc.utf8_lower(pc.utf8_trim_whitespace(values))
     is_true = pc.is_in(lowered, value_set=pa.array(sorted(_TRUE)))
     is_false = pc.is_in(lowered, value_set=pa.array(sorted(_FALSE)))
-    if not pc.all(pc.or_kleene(pc.or_kleene(is_true, is_false), pc.is_null(values))).as_py():
-        raise ValueError("not a boolean")
+    if not pc.all(pc.or_kleene(pc.or_kleene(is_true, is_false), pc.is_null(values)), min_count=0).as_py():
+        raise ValueError("not a boolean")  # (min_count 0: no values are all booleans, not NULL)
     return pc.if_else(pc.is_null(values), pa.scalar(None, pa.bool_()), is_true)
 
 

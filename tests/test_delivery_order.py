@@ -129,3 +129,77 @@ def test_a_mirror_untyped_for_lack_of_types_takes_the_types_a_later_create_decla
     assert runner.mirror() == [EXPECTED[0], EXPECTED[1], four, nine]
     [dead] = runner.dead_letters()
     assert "'amount'" in dead["error"] and "not-a-number" in dead["error"]
+
+
+# ---- every barrier kind between format-one DML, in a file and at a file boundary (issue 35, item 5) -------
+
+
+def canal_ddl(table: str, kind: str, sql: str, es: int = ES) -> dict:
+    """A canal-shaped DDL message as CKafka sends it (seed 001: es/ts in seconds, id 0)."""
+    message = {"data": None, "database": "shop", "es": es, "id": 0, "isDdl": True, "mysqlType": None}
+    return (
+        message
+        | {"old": None, "pkNames": None, "sql": sql, "sqlType": None, "table": table, "ts": es}
+        | {"type": kind}
+    )
+
+
+def insert(table: str, pos: int, i: int) -> dict:
+    return format_one(table, "I", pos, row(i, f"{i}.00", f"n{i}"))
+
+
+# kind -> (messages before the barrier, the barrier's messages, messages after it, expected mirrors)
+BARRIERS = {
+    "TRUNCATE": (
+        [insert("orders", 100, 1), insert("orders", 200, 2)],
+        [canal_ddl("orders", "TRUNCATE", "TRUNCATE TABLE `orders`")],
+        [
+            insert("orders", 300, 3),
+            format_one("orders", "U", 400, row(3, "3.50", "n3b"), row(3, "3.00", "n3")),
+        ],
+        {"orders": [(3, "3.50")]},
+    ),
+    "DROP": (
+        [insert("orders", 100, 1), insert("orders", 200, 2)],
+        [canal_ddl("orders", "ERASE", "DROP TABLE `orders`"), create("orders")],
+        [insert("orders", 300, 3), insert("orders", 400, 4)],
+        {"orders": [(3, "3.00"), (4, "4.00")]},
+    ),
+    "RENAME": (
+        [insert("orders", 100, 1), insert("orders", 200, 2)],
+        [canal_ddl("archive", "RENAME", "RENAME TABLE `orders` TO `archive`"), create("orders")],
+        [insert("archive", 300, 3), insert("orders", 400, 4)],
+        {"orders": [(4, "4.00")], "archive": [(1, "1.00"), (2, "2.00"), (3, "3.00")]},
+    ),
+    "ALTER": (
+        [insert("orders", 100, 1), insert("orders", 200, 2)],
+        [canal_ddl("orders", "ALTER", "ALTER TABLE `orders` ADD COLUMN `extra` varchar(10) DEFAULT NULL")],
+        [format_one("orders", "I", 300, {**row(3, "3.00", "n3"), "extra": "x"})],
+        {"orders": [(1, "1.00"), (2, "2.00"), (3, "3.00")]},
+    ),
+}
+
+
+@pytest.mark.parametrize("split", ["one-file", "barrier-ends-a-batch", "barrier-starts-a-batch"])
+@pytest.mark.parametrize("kind", list(BARRIERS))
+def test_a_barrier_between_format_one_dml_lands_where_it_was_delivered(spark, tmp_path, kind, split):
+    """CKafka: DML (format one, binlog file/pos), then a canal-shaped barrier (es seconds, id 0), then DML:
+    the barrier applies between them, in one file and across two micro-batches, whichever side of the
+    file boundary it is on. (A TRUNCATE in one file emptied the mirror: its seq was compared with the DML's
+    binlog positions.)"""
+    before, barrier, after, expected = BARRIERS[kind]
+    runner = Runner(spark, job(tmp_path, source={"dialect": "ckafka"}))
+    runner.messages(tmp_path, [create("orders")])
+    batches = {
+        "one-file": [before + barrier + after],
+        "barrier-ends-a-batch": [before + barrier, after],
+        "barrier-starts-a-batch": [before, barrier + after],
+    }[split]
+    for messages in batches:
+        runner.messages(tmp_path, messages)
+    assert runner.dead_letters() == []
+    for table, rows in expected.items():
+        got = [(r["id"], str(r["amount"])) for r in runner.mirror(table=table)]
+        assert got == [(i, a) for i, a in rows], table
+    if kind == "ALTER":
+        assert [r["extra"] for r in runner.mirror()] == [None, None, "x"]

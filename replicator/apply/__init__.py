@@ -5,7 +5,7 @@ table (the applier: typing, MERGE, snapshot append) -> barriers (keys and order 
 schema (what a DDL does to a mirror) -> phases (snapshot and load phases) -> history (history tables).
 """
 
-from replicator.apply.barriers import declared_keys, plan_barriers, rename_units
+from replicator.apply.barriers import declared_keys, inherited_key, plan_barriers, rename_units
 from replicator.apply.declared_types import with_declared_types
 from replicator.apply.history import record_history
 from replicator.apply.phases import advance_all, after_horizon, bulk_load, table_activity
@@ -24,6 +24,7 @@ __all__ = [
     "bulk_load",
     "declared_keys",
     "expire_tombstones",
+    "inherited_key",
     "plan_barriers",
     "record_history",
     "rename_units",

@@ -51,6 +51,18 @@ def declared_keys(event: dict[str, Any]) -> tuple[str, ...]:
     return ()
 
 
+def inherited_key(
+    table: TableId, rows: list[dict[str, Any]], keys: dict[TableId, tuple[str, ...] | list[str]]
+) -> tuple[str, ...]:
+    """The key a table renamed from another in these barrier rows takes over from it (``keys``: the known
+    keys), for DML that carries none (CKafka format one) under the new name in the rename's batch."""
+    for row in rows:
+        for old, new in rename_links(row):
+            if new == table and keys.get(old):
+                return tuple(keys[old])
+    return ()
+
+
 def plan_barriers(
     rows: list[dict[str, Any]], renames: bool = True
 ) -> tuple[dict[TableId, list[dict[str, Any]]], list[tuple[TableId, TableId, str]]]:

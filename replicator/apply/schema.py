@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from replicator import ddl
 from replicator.apply.barriers import resolve_ref
-from replicator.apply.table import CDC_FIELDS, DeadRow, is_untyped
+from replicator.apply.table import CDC_FIELDS, HORIZON, DeadRow, is_untyped
 from replicator.config import JobConfig, SchemaPolicy
 from replicator.errors import SchemaChangeFailed
 from replicator.logging import get_logger
@@ -65,7 +65,14 @@ class Context:
 
     @property
     def seq_text(self) -> str:
+        """The event's seq: what names it (a rename's move between the two names' appliers)."""
         return str(self.event.get("seq_text") or "")
+
+    @property
+    def horizon(self) -> str:
+        """Its truncate point / horizon for this table: its seq, or its place by delivery among the table's
+        DML where those are in another coordinate system (TableApplier.horizon)."""
+        return str(self.event.get(HORIZON) or self.seq_text)
 
     @property
     def source(self) -> tuple[str, str] | None:
@@ -255,7 +262,7 @@ def _(change: ddl.CreateTable, ctx: Context) -> None:
     if not mirror.exists():
         key = create_mirror(ctx, change.columns, change.primary_key or state.primary_key)
         ctx.set_state(
-            primary_key=key, dropped=False, truncate_seq=ctx.seq_text if state.dropped else state.truncate_seq
+            primary_key=key, dropped=False, truncate_seq=ctx.horizon if state.dropped else state.truncate_seq
         )
         return
     if ctx.routed:  # another shard's CREATE: the merged mirror takes its columns
@@ -265,7 +272,7 @@ def _(change: ddl.CreateTable, ctx: Context) -> None:
     if state.dropped:
         # Re-created after a lenient drop: the new source table starts empty. The old rows are deleted
         # (they stay in the Delta history) and events older than this CREATE can no longer bring them back.
-        ctx.applier.truncate(ctx.seq_text)
+        ctx.applier.truncate(ctx.horizon)
         ctx.set_state(dropped=False)
     if ctx.policy in ("lenient", "evolve"):
         reconcile(ctx, change.columns, change.primary_key, exact=ctx.policy == "evolve")
@@ -352,7 +359,7 @@ def _(change: ddl.DropPrimaryKey, ctx: Context) -> None:
 def _(change: ddl.TruncateTable, ctx: Context) -> None:
     source = ctx.source
     if source is None:
-        ctx.applier.truncate(ctx.seq_text)
+        ctx.applier.truncate(ctx.horizon)
         return
     # One shard of a merged mirror: only its rows go.
     if ctx.applier.mirror.exists():
@@ -374,7 +381,7 @@ def _(change: ddl.DropTable, ctx: Context) -> None:
     if ctx.policy == "evolve":
         ctx.applier.mirror.drop()
         ctx.applier.state.tombstones(ctx.table).drop()
-        ctx.set_state(dropped=True, truncate_seq=ctx.seq_text)
+        ctx.set_state(dropped=True, truncate_seq=ctx.horizon)
         return
     ctx.set_state(dropped=True)
 
@@ -389,10 +396,10 @@ def _(change: ddl.RenameTable, ctx: Context) -> None:
     # log replayed over this mirror) are in the new name's mirror already and are not applied again, nor is
     # the rename itself (whichever name's events carry it).
     if ctx.table == old:
-        if _renamed_already(ctx.applier.table_state, ctx.seq_text):
+        if _renamed_already(ctx.applier.table_state, ctx.horizon):
             return
         ctx.handler.move(ctx, old, new, ctx.applier.table_state)
-        ctx.set_state(dropped=True, truncate_seq=ctx.seq_text)
+        ctx.set_state(dropped=True, truncate_seq=ctx.horizon)
         # Recorded now, not with the batch's registry commit: a replay after a crash later in this batch
         # must find the rename done rather than re-create the old name from this batch's rows.
         ctx.applier.state.save_tables([ctx.applier.table_state], ctx.applier.batch_id)
@@ -402,11 +409,12 @@ def _(change: ddl.RenameTable, ctx: Context) -> None:
             previous = ctx.applier.state.tables().get(old) or TableState(
                 old[0], old[1], old[2], mirror=mirror_path(ctx.config, old)
             )
-            if _renamed_already(previous, ctx.seq_text):
+            horizon = ctx.applier.horizon(ctx.event, previous)
+            if _renamed_already(previous, horizon):
                 return
             moved = ctx.handler.move(ctx, old, new, previous, keep=False)
             ctx.applier.state.save_tables(
-                [replace(previous, dropped=True, truncate_seq=ctx.seq_text)], ctx.applier.batch_id
+                [replace(previous, dropped=True, truncate_seq=horizon)], ctx.applier.batch_id
             )
         state = ctx.applier.table_state
         ctx.applier.table_state = replace(

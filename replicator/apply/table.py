@@ -17,8 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator import payload
-from replicator.apply.documents import PatchError, apply_patches
+from replicator.apply import documents
 from replicator.fold import mirror_files
+from replicator.fold.arrow import delivered_after, rows_system, seq_system
 from replicator.logging import get_logger
 from replicator.model import (
     CDC_COLUMNS,
@@ -27,6 +28,8 @@ from replicator.model import (
     CDC_POSITION,
     CDC_SEQ,
     TableId,
+    parse_seq_text,
+    seq_text,
     table_label,
 )
 from replicator.sinks.base import MergeResult, MirrorWriter, Txn, quote
@@ -42,6 +45,20 @@ CDC_FIELDS = [
     pa.field(CDC_POSITION, pa.string()),
 ]
 TOMBSTONE_DELETED_AT = "_cdc_deleted_at"
+
+
+# The delivery coordinates every seq ends with (batch, partition, offset, message, row; dialects.events).
+DELIVERY_PARTS = 5
+_DOCUMENT_FIELDS = [pa.field(documents.FIELDS, pa.string()), pa.field(documents.PARTIAL, pa.bool_())]
+
+
+HORIZON = "horizon_seq"  # a barrier event's truncate point in its table's DML system (TableApplier.horizon)
+
+
+def _position(seq: str | None) -> tuple[int, ...]:
+    """A seq text's source position: its parts without the delivery coordinates."""
+    parts = parse_seq_text(seq or "")
+    return parts[:-DELIVERY_PARTS] if len(parts) > DELIVERY_PARTS else parts
 
 
 UNTYPED = {"replicator.untyped": "true"}  # field metadata of a column typed string for lack of a type
@@ -88,6 +105,7 @@ class TableResult:
     skipped: bool = False
     ddl: list[dict[str, Any]] = field(default_factory=list)
     ignored_values: int = 0  # values of columns unknown to the mirror, dropped (schema_evolution: ignore)
+    partial_documents: int = 0  # documents written from patches without their full image (drs-mongo)
 
 
 BarrierHandler = Callable[["TableApplier", dict[str, Any]], None]
@@ -130,6 +148,7 @@ class TableApplier:
         self.table_state = work.state
         # guard's tombstoned keys (first key column), the rows update_tombstones merges besides deletes
         self._tombstoned: pa.Array | None = None
+        self._documents = False  # rows merged as documents (resolve_documents)
 
     @property
     def mirror(self) -> MirrorWriter:
@@ -321,42 +340,86 @@ class TableApplier:
             .execute()
         )
 
-    # ---- document patches ---------------------------------------------------------------------------------
-    def resolve_patches(self, rows: pa.Table) -> tuple[pa.Table, list[DeadRow]]:
-        """Rows whose net change is a chain of document patches get their full document back."""
-        if "has_patches" not in rows.column_names or not pc.any(rows["has_patches"]).as_py():
+    # ---- documents (drs-mongo) ----------------------------------------------------------------------------
+    def resolve_documents(self, rows: pa.Table) -> tuple[pa.Table, list[DeadRow]]:
+        """A document table's net changes (the newest full image or delete of each key in the segment and the
+        patches after it, ``fold.arrow._with_patches``) merged into the stored documents by source position
+        (replicator.apply.documents): the rows that change a document, each with its whole new state, or a
+        delete where none is left. Rows that change nothing (a redelivery, changes older than the stored
+        ones) are dropped here. Documents written from patches alone are partial, and counted."""
+        if "patch_seqs" not in rows.column_names or rows.num_rows == 0:
             return rows, []
+        self._documents = True
+        self.work.types = {**self.work.types, **documents.COLUMN_TYPES}
         records = rows.to_pylist()
-        # Without a full image in this batch, the patches apply to the document stored in the mirror.
-        needs_stored = [r["key"][0] for r in records if r["has_patches"] and r["base_op"] is None]
-        stored: dict[str, str] = {}
-        if needs_stored and self.mirror.exists():
-            found = self.mirror.read_keys("_id", pa.array(needs_stored, pa.string()), ["_id", "document"])
-            stored = dict(zip(found["_id"].to_pylist(), found["document"].to_pylist(), strict=True))
+        keys = pa.array(sorted({r["key"][0] for r in records}), pa.string())
+        stored = self._stored_documents(keys)
         dead: list[DeadRow] = []
         keep = []
         for i, r in enumerate(records):
-            if not r["has_patches"]:
-                keep.append(True)
-                continue
-            image = dict(r["image"] or [])
-            base = image.get("document") if r["base_op"] not in (None, "delete") else None
-            if r["base_op"] is None:
-                base = stored.get(r["key"][0])
+            key = r["key"][0]
+            state, had_row = stored.get(key, (documents.Document(key), False))
+            before = state.fingerprint()
             try:
-                document = apply_patches(base, r["patches"])
-            except (PatchError, ValueError) as exc:
+                if r["base_op"] is not None:
+                    image = dict(r["image"] or [])
+                    full = image.get("document") if r["base_op"] != "delete" else None
+                    state.full(_position(r["base_seq"]), None if full is None else documents.loads(full))
+                for patch, seq in zip(r["patches"] or [], r["patch_seqs"] or [], strict=True):
+                    state.patch(_position(seq), documents.loads(patch))
+            except (documents.PatchError, ValueError) as exc:
                 dead.append(self._dead(rows, i, f"document patch failed: {exc}"))
                 keep.append(False)
                 continue
-            if document is None:  # nothing to patch: the document is not in the mirror (or was deleted)
+            stored[key] = (state, had_row)
+            if state.fingerprint() == before:
                 keep.append(False)
                 continue
-            image["document"] = document
-            r["image"] = list(image.items())
+            if state.exists():
+                r["op"] = "update" if had_row else "insert"
+                r["image"] = [
+                    ("_id", key),
+                    ("document", state.document_json()),
+                    (documents.FIELDS, state.fields_json()),
+                    (documents.PARTIAL, "true" if state.partial() else "false"),
+                ]
+                self.result.partial_documents += state.partial()
+                at = state.newest()
+            else:
+                r["op"], r["image"], at = "delete", [("_id", key)], state.base
+            # The source position, without delivery coordinates: a redelivery writes the same seq.
+            r["seq"] = [*at, *(0,) * DELIVERY_PARTS]
+            r["seq_text"] = seq_text(r["seq"])
             keep.append(True)
-        patched = pa.Table.from_pylist(records, rows.schema)
-        return patched.filter(pa.array(keep)), dead
+        if self.result.partial_documents:
+            log.warning(
+                "documents kept from patches without their full image (partial)",
+                table=table_label(self.work.table),
+                documents=self.result.partial_documents,
+            )
+        merged = pa.Table.from_pylist(records, rows.schema)
+        return merged.filter(pa.array(keep, pa.bool_())), dead
+
+    def _stored_documents(self, keys: pa.Array) -> dict[str, tuple[documents.Document, bool]]:
+        """The merge state of each key's stored document (``_cdc_fields``), else of its tombstone."""
+        found: dict[str, tuple[documents.Document, bool]] = {}
+        tombs = self.state.tombstones(self.work.table)
+        if tombs.exists():
+            rows = tombs.read_keys("_id", keys, ["_id", CDC_SEQ])
+            for key, seq in zip(rows["_id"].to_pylist(), rows[CDC_SEQ].to_pylist(), strict=True):
+                found[key] = (documents.Document.tombstone(key, _position(seq)), False)
+        if not self.mirror.exists():
+            return found
+        names = self.mirror.schema().names
+        missing = [f for f in _DOCUMENT_FIELDS if f.name not in names]
+        if missing:  # a mirror written before documents kept their merge state
+            self.mirror.add_columns(missing)
+        rows = self.mirror.read_keys("_id", keys, ["_id", "document", documents.FIELDS, CDC_SEQ])
+        for key, doc, fields, seq in zip(
+            *(rows[c].to_pylist() for c in ("_id", "document", documents.FIELDS, CDC_SEQ)), strict=True
+        ):
+            found[key] = (documents.Document.stored(key, doc, fields, _position(seq)), True)
+        return found
 
     # ---- the table's batch --------------------------------------------------------------------------------
     def run(self) -> TableResult:
@@ -368,7 +431,7 @@ class TableApplier:
                 # the dead-letter append carries its own transaction.
                 self.result.skipped = True
                 if self.work.rows.num_rows:
-                    typed, dead = self.typed(self.resolve_patches(self.work.rows)[0])
+                    typed, dead = self.typed(self.resolve_documents(self.work.rows)[0])
                     self.result.dead.extend(dead)
                     # A kill -9 can land between the table's commit and its tombstones (or the registry
                     # save): write the tombstones again (a MERGE by sequence, idempotent) and advance the
@@ -387,6 +450,9 @@ class TableApplier:
         if self.work.files is not None:
             return self.commit_files(rows, txn)
         barriers = self.work.barriers
+        system = rows_system(rows)
+        if system is not None and system != self.table_state.seq_system:
+            self.table_state = replace(self.table_state, seq_system=system)
         committed = False
         for segment in range(len(barriers) + 1):  # rows before each barrier, then the rows after the last
             last_segment = segment == len(barriers)
@@ -402,7 +468,7 @@ class TableApplier:
             if typed is not None:
                 committed = self.commit_rows(typed, txn if last_segment else None) or committed
             if not last_segment:
-                self.apply_barrier(barriers[segment])
+                self.apply_barrier(self.in_rows_system(barriers[segment]))
         if not committed and self.mirror.exists():
             self.mirror.mark(txn)
         self.result.state = self.table_state
@@ -448,8 +514,10 @@ class TableApplier:
             part = part.filter(pc.greater(part["seq_text"], pa.scalar(horizon)))
             if part.num_rows == 0:
                 return None
-        part, dead = self.resolve_patches(part)
+        part, dead = self.resolve_documents(part)
         self.result.dead.extend(dead)
+        if part.num_rows == 0:  # documents that nothing changed (resolve_documents)
+            return None
         keys = pc.unique(images(part).combine_chunks().keys).to_pylist() if part.num_rows else []
         if TYPED in part.column_names:  # typed by the fold tasks; the images' other columns are in REST
             keys = [f.name for f in part.schema.field(TYPED).type] + keys
@@ -465,7 +533,9 @@ class TableApplier:
         if append_snapshot(self, typed, txn):
             merged = MergeResult(inserted=typed.num_rows)
         else:
-            merged = self.mirror.merge_guarded(typed, self._key(), CDC_SEQ, CDC_OP, txn)
+            # Documents: the rows carry each document's whole merged state, newer or as new as the stored one
+            # (resolve_documents); a late older patch changes a document without a newer seq.
+            merged = self.mirror.merge_guarded(typed, self._key(), CDC_SEQ, CDC_OP, txn, ties=self._documents)
         self.result.merged = self.result.merged + merged
         self.update_tombstones(typed)
         self._advance(typed)
@@ -489,6 +559,21 @@ class TableApplier:
                 last_position=positions[at].as_py(),
                 last_event_time=times[at].as_py(),
             )
+
+    def horizon(self, event: dict[str, Any], state: TableState | None = None) -> str:
+        """A barrier's truncate point / horizon for a table (``state``: this one's): its seq, or where the
+        table's DML is in another coordinate system, its place by delivery after the newest DML applied
+        (fold.arrow.delivered_after; the rows of the segments before it are applied by now)."""
+        state = state or self.table_state
+        own = str(event.get("seq_text") or "")
+        if state.seq_system is None or state.seq_system == (seq_system(event) or "") or not own:
+            return own
+        return delivered_after(state.last_seq, own)
+
+    def in_rows_system(self, event: dict[str, Any]) -> dict[str, Any]:
+        """The barrier event with its horizon for this table (``HORIZON``) where it differs from its seq."""
+        horizon = self.horizon(event)
+        return event if horizon == event.get("seq_text") else {**event, HORIZON: horizon}
 
     def apply_barrier(self, event: dict[str, Any]) -> None:
         self.result.ddl.append(event)

@@ -22,6 +22,7 @@ from replicator.dialects.events import At, Events, Image, epoch_micros
 from replicator.dialects.jsontext import INT64, cast_bigint, json_integer, string, to_json, unicode_only
 
 PATCH_META = "mongo_update"  # replicator.fold.arrow reads it
+DOCUMENT_META = "mongo_doc"  # on every DML event (its action): the fold keeps what the document merge needs
 PATCH_OPERATORS = ("$set", "$unset")  # what DRS emits (seed 003) and replicator.apply.documents applies
 HELPERS = "ObjectId, ISODate, NumberLong, NumberInt, NumberDecimal, UUID, BinData"
 NOT_JSON = "'{}' is not JSON (after rewriting the shell helpers " + HELPERS + ")"
@@ -266,7 +267,11 @@ class DrsMongo(Dialect):
             out.fail(at, name, "missing _id (in 'value', or 'where' for updates)", **ident)
             return
         ts = json_integer(m.get("ts"))
-        meta = {"ts": None if ts is None else str(ts), PATCH_META: value if action == "patch" else None}
+        meta = {
+            "ts": None if ts is None else str(ts),
+            PATCH_META: value if action == "patch" else None,
+            DOCUMENT_META: action if is_dml else None,
+        }
         common: dict[str, Any] = {
             **ident,
             "order": (

@@ -24,6 +24,9 @@ from replicator.dialects.events import SEQ_SYSTEM, decoded_schema
 from replicator.model import DML_OPS, SEQ_WIDTH, TableId, keep, key_changes, seq_text
 
 PATCH_META = "mongo_update"
+# meta key of every drs-mongo DML event: its table's net changes are documents, merged field by field by
+# the applier (replicator.apply.documents) from the newest full image and the patches after it.
+DOCUMENT_META = "mongo_doc"
 IMAGE_TYPE = pa.map_(pa.string(), pa.string())
 
 
@@ -38,6 +41,30 @@ class Barrier:
     table: TableId
     seq: tuple[int, ...]
     system: str | None = None  # meta.seq_system of the barrier event
+
+
+def delivered_after(newest: str | None, barrier_seq_text: str) -> str:
+    """The seq, in the coordinate system of a table's DML, of a barrier stated in another system (CKafka:
+    canal-shaped DDL by es/id beside format-one DML by binlog file/pos, seed 001): placed by delivery, right
+    after ``newest`` (the newest DML of the table applied before it, a seq text of that system; None: before
+    any), i.e. that DML's source part followed by the barrier's delivery coordinates. The truncate point and
+    horizon a TRUNCATE, DROP or RENAME leaves then compare with the table's DML by seq as the delivery order
+    decided (:func:`_segments` splits a batch's DML at the barrier the same way)."""
+    delivery = barrier_seq_text[-DELIVERY_CHARS:]
+    if newest and len(newest) > DELIVERY_CHARS:
+        return newest[:-DELIVERY_CHARS] + delivery
+    return "0" * SEQ_WIDTH + "." + delivery
+
+
+def rows_system(rows: pa.Table) -> str | None:
+    """The coordinate system of a table's folded rows (meta.seq_system, "" the dialect's usual one), None
+    without rows."""
+    if rows.num_rows == 0:
+        return None
+    if "meta" not in rows.column_names:
+        return ""
+    systems = pc.map_lookup(rows["meta"].slice(0, 1), SEQ_SYSTEM, "first").to_pylist()
+    return systems[0] or ""
 
 
 def seq_system(event: Mapping[str, object]) -> str | None:
@@ -170,7 +197,8 @@ def fold_table(
     old_key, new_key, changed = key_changes(op, before, after, key)
     key_cols = [pc.if_else(is_delete, o, a) for o, a in zip(old_key, new_key, strict=True)]
     patch = pc.map_lookup(rows["meta"], PATCH_META, "first")
-    if patch.null_count < len(patch):
+    document = pc.map_lookup(rows["meta"], DOCUMENT_META, "first")
+    if patch.null_count < len(patch) or document.null_count < len(document):
         return _fold_with_patches(rows, key, segment, changed, before, after, key_cols, old_key, patch)
 
     # The sort keys of every event, plus one "delete of the old key" per key change (extra = True).
@@ -302,31 +330,36 @@ def _fold_with_patches(  # type: ignore[no-untyped-def]
 
 
 def _with_patches(ordered: pa.Table, folded: pa.Table, ends: list[int]) -> pa.Table:
-    """The newest full image (or delete) is the base; patches newer than it apply on top, in order."""
+    """The newest full image (or delete) is the base; patches newer than it apply on top, in order. Each
+    with its seq (``base_seq``, ``patch_seqs``): the applier merges them into the stored document by their
+    source positions (replicator.apply.documents), whatever the batch they came in."""
     ops = ordered["op"].to_pylist()
     patches_col = ordered["patch"].to_pylist()
+    seqs = ordered["seq_text"].to_pylist()
     images = ordered["image"]
     image_out = folded["image"].to_pylist()
-    patches, has, base_ops = [], [], []
+    patches, patch_seqs, has, base_ops, base_seqs = [], [], [], [], []
     start = 0
     for g, end in enumerate(ends):
         full = [i for i in range(start, end + 1) if patches_col[i] is None or ops[i] == "delete"]
         last_full = full[-1] if full else None
         pending = [
-            patches_col[i]
+            i
             for i in range(start, end + 1)
             if patches_col[i] is not None and ops[i] != "delete" and (last_full is None or i > last_full)
         ]
+        base_ops.append(ops[last_full] if last_full is not None else None)
+        base_seqs.append(seqs[last_full] if last_full is not None else None)
         if pending:
-            patches.append(pending)
+            patches.append([patches_col[i] for i in pending])
+            patch_seqs.append([seqs[i] for i in pending])
             has.append(True)
-            base_ops.append(ops[last_full] if last_full is not None else None)
             if last_full is not None and images[last_full].is_valid:
                 image_out[g] = images[last_full].as_py()
         else:
             patches.append(None)
+            patch_seqs.append(None)
             has.append(False)
-            base_ops.append(ops[last_full] if last_full is not None else None)
         start = end + 1
     folded = folded.set_column(
         folded.schema.get_field_index("image"), "image", pa.array(image_out, IMAGE_TYPE)
@@ -335,6 +368,8 @@ def _with_patches(ordered: pa.Table, folded: pa.Table, ends: list[int]) -> pa.Ta
         folded.append_column("patches", pa.array(patches, pa.list_(pa.string())))
         .append_column("has_patches", pa.array(has))
         .append_column("base_op", pa.array(base_ops, pa.string()))
+        .append_column("base_seq", pa.array(base_seqs, pa.string()))
+        .append_column("patch_seqs", pa.array(patch_seqs, pa.list_(pa.string())))
     )
 
 

@@ -95,10 +95,18 @@ class MirrorWriter(ABC):
 
     @abstractmethod
     def merge_guarded(
-        self, batch: pa.Table, key: Sequence[str], seq_column: str, op_column: str, txn: Txn | None
+        self,
+        batch: pa.Table,
+        key: Sequence[str],
+        seq_column: str,
+        op_column: str,
+        txn: Txn | None,
+        *,
+        ties: bool = False,
     ) -> MergeResult:
         """Upsert rows whose op is not ``delete`` and delete rows whose op is ``delete``, each only where the
-        incoming ``seq_column`` is newer than the stored one (a missing row counts as older)."""
+        incoming ``seq_column`` is newer than the stored one (a missing row counts as older); ``ties``: or
+        as new (rows that carry a merged state, replicator.apply.documents)."""
 
     @abstractmethod
     def append(self, batch: pa.Table, txn: Txn | None) -> None: ...

@@ -89,7 +89,14 @@ class DeltaRsWriter(MirrorWriter):
         return self._table().transaction_version(app_id)
 
     def merge_guarded(
-        self, batch: pa.Table, key: Sequence[str], seq_column: str, op_column: str, txn: Txn | None
+        self,
+        batch: pa.Table,
+        key: Sequence[str],
+        seq_column: str,
+        op_column: str,
+        txn: Txn | None,
+        *,
+        ties: bool = False,
     ) -> MergeResult:
         if batch.num_rows == 0:
             return MergeResult()
@@ -99,7 +106,7 @@ class DeltaRsWriter(MirrorWriter):
             on = f"{on} AND {bounds}"
         # Sorted by key, inserted rows land in data files of narrow key ranges (file pruning, above).
         batch = batch.sort_by([(k, "ascending") for k in key])
-        newer = f"s.{quote(seq_column)} > t.{quote(seq_column)}"
+        newer = f"s.{quote(seq_column)} {'>=' if ties else '>'} t.{quote(seq_column)}"
         is_delete = f"s.{quote(op_column)} = 'delete'"
         table = self._table()
         before = table.version()

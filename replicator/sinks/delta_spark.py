@@ -129,7 +129,14 @@ class DeltaSparkWriter(MirrorWriter):
         return DeltaTable(self.path).transaction_version(app_id)
 
     def merge_guarded(
-        self, batch: pa.Table, key: Sequence[str], seq_column: str, op_column: str, txn: Txn | None
+        self,
+        batch: pa.Table,
+        key: Sequence[str],
+        seq_column: str,
+        op_column: str,
+        txn: Txn | None,
+        *,
+        ties: bool = False,
     ) -> MergeResult:
         if batch.num_rows == 0:
             return MergeResult()
@@ -139,7 +146,7 @@ class DeltaSparkWriter(MirrorWriter):
         bounds = key_range(batch, key, ident=_ident)
         if bounds:  # file skipping on the key range (base.key_range)
             on = f"{on} AND {bounds}"
-        newer = f"s.{_ident(seq_column)} > t.{_ident(seq_column)}"
+        newer = f"s.{_ident(seq_column)} {'>=' if ties else '>'} t.{_ident(seq_column)}"
         is_delete = f"s.{_ident(op_column)} = 'delete'"
         with self._txn(txn):
             metrics = self.spark.sql(
