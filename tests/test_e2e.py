@@ -276,3 +276,90 @@ def test_faults_kill_the_mirror_restart_the_connector_replay(spark, server, brok
     schema_then, rows_then = state_then
     problems = w.differences(tmp_path / "replayed", database, rows_then, schema_then, ("nokey",))
     assert not problems, "\n".join(problems[:50])
+
+
+def test_value_modes(spark, server, broker, tmp_path):
+    """decimal.handling.mode=string mirrors decimals exactly (typed by column.propagate.source.type);
+    binary.handling.mode base64 and hex, and BIGINT UNSIGNED values wrapped by the default
+    bigint.unsigned.handling.mode=long, are dead letters naming the setting, never wrong values."""
+    from replicator.dialects.debezium_values import BINARY_AS_TEXT, UNSIGNED_WRAPPED
+
+    database = "modes"
+    rng = random.Random(33)
+    wrapped = {2, 5}  # ids whose BIGINT UNSIGNED is past 2^63-1
+    with server.connect() as connection:
+        w.session(connection)
+        with connection.cursor() as c:
+            c.execute(f"CREATE DATABASE {database}")
+            c.execute(f"USE {database}")
+            c.execute(
+                "CREATE TABLE decimals "
+                "(id INT PRIMARY KEY, d38 DECIMAL(38,10), d5 DECIMAL(5,0), u BIGINT UNSIGNED)"
+            )
+            c.execute("CREATE TABLE blobs (id INT PRIMARY KEY, vb VARBINARY(16), note VARCHAR(10))")
+            c.execute("CREATE TABLE marker (id INT PRIMARY KEY, token VARCHAR(40))")
+
+            def decimals(ids):
+                w.insert(
+                    c,
+                    "decimals",
+                    [
+                        {
+                            "id": i,
+                            "d38": w.value(rng, "DECIMAL(38,10)"),
+                            "d5": w.value(rng, "DECIMAL(5,0)"),
+                            "u": 2**64 - i if i in wrapped else rng.randrange(2**63),
+                        }
+                        for i in ids
+                    ],
+                )
+
+            decimals(range(1, 4))  # the snapshot's
+            w.insert(
+                c,
+                "blobs",
+                [{"id": i, "vb": None if i % 2 else bytes([i, 0, 255]), "note": "s"} for i in range(4)],
+            )
+            settings = {
+                "decimal.handling.mode": "string",
+                "binary.handling.mode": "base64",
+                "column.propagate.source.type": ".*",
+            }
+            with kafka_connect(
+                tmp_path / "connect",
+                broker,
+                connector_settings("b64", server, broker, "b64", database, **settings),
+            ):
+                decimals(range(4, 8))  # streamed
+                c.execute("UPDATE blobs SET note = 'u'")
+                w.mark(connection, 1, "done", database)
+                wait_for(broker, f"b64.{database}.marker", "done")
+            hex_settings = {**settings, "binary.handling.mode": "hex"}
+            with kafka_connect(
+                tmp_path / "connect-hex",
+                broker,
+                connector_settings("hex", server, broker, "hex", database, **hex_settings),
+            ):
+                wait_for(broker, f"hex.{database}.marker", "done")  # its snapshot
+        rows = w.snapshot(connection, database)
+        schema = w.tables(connection, database)
+    for prefix in ("b64", "hex"):
+        root = tmp_path / prefix
+        run_mirror(spark, mirror_job(root, broker, prefix))
+        dead = dead_letters(root)
+        binary = [d for d in dead if d["table"] == "blobs"]
+        assert binary and all(BINARY_AS_TEXT in d["error"] for d in binary), binary
+        unsigned = [d for d in dead if d["table"] == "decimals"]
+        if prefix == "b64":
+            assert len(unsigned) == len(wrapped) and all(UNSIGNED_WRAPPED in d["error"] for d in unsigned), (
+                unsigned
+            )
+        kept = {
+            "decimals": [r for r in rows["decimals"] if r["id"] not in wrapped],
+            "blobs": [r for r in rows["blobs"] if r["vb"] is None],
+            "marker": rows["marker"],
+        }
+        problems = w.differences(root / "lake", database, kept, schema)
+        assert not problems, "\n".join(problems[:50])
+        mirror = w.mirror_rows(root / "lake", database, "decimals")
+        assert {type(r["d38"]).__name__ for r in mirror} <= {"Decimal", "NoneType"}  # typed, not text

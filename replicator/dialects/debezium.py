@@ -286,7 +286,9 @@ class Debezium(Dialect):
             return None, None, NO_BEFORE
         lost = sorted({*lost_after, *lost_before})
         if lost:
-            return None, None, f"values do not decode as their schema types: columns {to_json(lost)}"
+            reasons = sorted({columns.reasons[c] for c in lost if c in columns.reasons}) if columns else []
+            why = "".join(f": {r}" for r in reasons)
+            return None, None, f"values do not decode as their schema types: columns {to_json(lost)}{why}"
         return (after if op in WITH_AFTER else None), (before if op in WITH_BEFORE else None), None
 
     @staticmethod

@@ -319,3 +319,73 @@ def test_real_schema_history_record_is_a_dead_letter_naming_the_topic():
     last = _real_events()[-1]
     assert last.get("op") is None
     assert "schema history record" in last["error"]
+
+
+def _propagated(kind: str, source: str, length: str | None = None, scale: str | None = None) -> dict:
+    """A field as ``column.propagate.source.type=.*`` writes it (Debezium 3.5, MariaDB; tests/test_e2e.py)."""
+    parameters = {"__debezium.source.column.type": source, "__debezium.source.column.name": "v"}
+    if length is not None:
+        parameters["__debezium.source.column.length"] = length
+    if scale is not None:
+        parameters["__debezium.source.column.scale"] = scale
+    return {"type": kind, "optional": True, "parameters": parameters, "field": "v"}
+
+
+PROPAGATED_ARROW = {
+    "decimal(38,10)": pa.decimal128(38, 10),
+    "varbinary(10)": pa.binary(),
+    "bigint unsigned": pa.decimal128(20, 0),
+    "datetime(6)": pa.timestamp("us"),
+}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "text", "source_type", "error"),
+    [
+        # decimal.handling.mode=string: exact text; the propagated type makes it decimal(38,10), not a string
+        (
+            _propagated("string", "DECIMAL", "38", "10"),
+            "-1.0123456789",
+            "-1.0123456789",
+            "decimal(38,10)",
+            None,
+        ),
+        (_propagated("double", "DECIMAL", "38", "10"), 1.2345678901234567e19, None, None, "decimal.handling"),
+        (_propagated("string", "VARBINARY", "10"), "AP8=", None, None, "binary.handling.mode base64/hex"),
+        (_propagated("string", "BLOB"), "abcd", None, None, "binary.handling.mode base64/hex"),
+        (_propagated("bytes", "VARBINARY", "10"), "AP8=", "00ff", "varbinary(10)", None),
+        (_propagated("int64", "BIGINT UNSIGNED", "20"), 5, "5", "bigint unsigned", None),
+        (_propagated("int64", "BIGINT UNSIGNED", "20"), -1, None, None, "bigint.unsigned.handling.mode=long"),
+        (
+            _propagated("int64", "DATETIME", "6") | {"name": "io.debezium.time.MicroTimestamp"},
+            1,
+            "1970-01-01 00:00:00.000001",
+            "datetime(6)",
+            None,
+        ),
+    ],
+)
+def test_propagated_source_types_and_refused_value_modes(field, value, text, source_type, error):
+    """With ``column.propagate.source.type`` the database type is known: string decimals are typed exactly,
+    and value modes that lost the column's meaning (binary as base64/hex text, decimals as doubles, BIGINT
+    UNSIGNED wrapped by ``long``) are dead letters naming the connector setting, never wrong values."""
+    from replicator.commands.inspect import event_records
+    from replicator.dialects import decode
+
+    message = {
+        "schema": {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": [field]}]},
+        "payload": {
+            "op": "c",
+            "after": {"v": value},
+            "source": {"db": "d", "table": "t", "file": "b.1", "pos": 4},
+        },
+    }
+    (row,) = event_records(decode(raw_records([message]), "debezium"))
+    if error is None:
+        assert row.get("error") is None
+        assert row["after"] == {"v": text}
+        assert row["source_types"] == {"v": source_type}
+        assert arrow_type(source_type) == PROPAGATED_ARROW[source_type]
+    else:
+        assert error in row["error"], row["error"]
+        assert row["error"].startswith('values do not decode as their schema types: columns ["v"]')
