@@ -196,6 +196,7 @@ class Connect:
     folder: Path
     connector: dict[str, str]
     broker: Broker
+    worker: dict[str, str] = field(default_factory=dict)  # worker settings over the defaults below
     proc: subprocess.Popen | None = field(default=None)
 
     @property
@@ -227,6 +228,7 @@ class Connect:
             "listeners": f"http://127.0.0.1:{free_port()}",
             # The connector is on the class path (the group's jars): nothing to scan.
             "plugin.discovery": "only_scan",
+            **self.worker,
         }
         (folder / "worker.properties").write_text("".join(f"{k}={v}\n" for k, v in worker.items()))
         (folder / "connector.properties").write_text("".join(f"{k}={v}\n" for k, v in self.connector.items()))
@@ -283,10 +285,14 @@ STREAMING = "Starting streaming"
 
 @contextmanager
 def kafka_connect(
-    folder: Path, broker: Broker, connector: dict[str, str], timeout: float = 120
+    folder: Path,
+    broker: Broker,
+    connector: dict[str, str],
+    timeout: float = 120,
+    worker: dict[str, str] | None = None,
 ) -> Iterator[Connect]:
     """Kafka Connect standalone running ``connector`` (``connector_settings``); stopped at the end."""
-    connect = Connect(folder, connector, broker)
+    connect = Connect(folder, connector, broker, worker or {})
     connect.start(timeout)
     try:
         yield connect
