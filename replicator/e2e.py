@@ -207,7 +207,7 @@ class Connect:
     def pid(self) -> int | None:
         return None if self.proc is None else self.proc.pid
 
-    def start(self, timeout: float = 120) -> None:
+    def start(self, timeout: float = 300) -> None:
         """Start Kafka Connect standalone with the connector; return once the connector's task streams (or
         has finished its snapshot and reads the binlog)."""
         folder = self.folder
@@ -288,7 +288,7 @@ def kafka_connect(
     folder: Path,
     broker: Broker,
     connector: dict[str, str],
-    timeout: float = 120,
+    timeout: float = 300,  # the worker's plugin scan alone took 2 minutes on 2 busy cores
     worker: dict[str, str] | None = None,
 ) -> Iterator[Connect]:
     """Kafka Connect standalone running ``connector`` (``connector_settings``); stopped at the end."""

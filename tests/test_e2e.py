@@ -263,12 +263,12 @@ def test_faults_kill_the_mirror_restart_the_connector_replay(spark, server, brok
             database,
             **{"skipped.operations": "none", "bigint.unsigned.handling.mode": "precise"},
         )
-        mirror = start_mirror(job_file, log)
-        try:
-            # Offsets flushed only on a clean stop: the kill -9 below loses them, so the restarted connector
-            # publishes every streamed change again (at-least-once), which the mirror must absorb.
-            worker = {"offset.flush.interval.ms": "600000"}
-            with kafka_connect(tmp_path / "connect", broker, settings, worker=worker) as connect:
+        # Offsets flushed only on a clean stop: the kill -9 below loses them, so the restarted connector
+        # publishes every streamed change again (at-least-once), which the mirror must absorb.
+        worker = {"offset.flush.interval.ms": "600000"}
+        with kafka_connect(tmp_path / "connect", broker, settings, worker=worker) as connect:
+            mirror = start_mirror(job_file, log)  # after Connect is up: the two JVMs do not start together
+            try:
                 for n, _ in enumerate(w.stream(connection, rng, database), 1):
                     if n == as_of_at:  # a moment between two transactions, in whole seconds apart
                         time.sleep(1.2)
@@ -289,9 +289,9 @@ def test_faults_kill_the_mirror_restart_the_connector_replay(spark, server, brok
                         mirror = start_mirror(job_file, log)
                 w.mark(connection, 1, "done", database)
                 wait_for(broker, f"{prefix}.{database}.marker", "done")
-            dump(broker, prefix, tmp_path / "topics.jsonl")
-        finally:
-            kill_group(mirror)
+            finally:
+                kill_group(mirror)
+        dump(broker, prefix, tmp_path / "topics.jsonl")
         assert kills == len(moments)
         assert redelivered(tmp_path / "topics.jsonl") > 0, "the connector's restart redelivered nothing"
         run_mirror(spark, config)  # what the killed runs left
