@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint format bench soak clean
+.PHONY: install demo test test-fast e2e lint format bench soak clean
 
 install: $(STAMP) ## create .venv with the `replicator` command and the dev tools
 
@@ -30,11 +30,18 @@ demo: install ## mirror the bundled canal-json samples and print the tables
 	$(BIN)/replicator show --config conf/demo.yaml
 	$(BIN)/replicator status --config conf/demo.yaml
 
-test: install ## the whole test suite (real Spark, real Delta tables)
-	$(BIN)/python -m pytest -q
+test: install ## the whole test suite (real Spark, real Delta tables) but the end-to-end tests (make e2e)
+	$(BIN)/python -m pytest -q -m "not e2e"
 
 test-fast: install ## skip the slow (subprocess / crash) tests
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# MariaDB from the system's packages where it is missing (Debian/Ubuntu; as root, else through sudo).
+e2e: install ## end to end: MariaDB -> Debezium (Kafka Connect) -> Kafka -> replicator, mirrors = the database
+	@command -v mariadbd >/dev/null || test -x /usr/sbin/mariadbd || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq mariadb-server; }
+	$(BIN)/python -m pytest -q -m e2e
 
 lint: install
 	$(BIN)/ruff check replicator tests benchmarks jobs

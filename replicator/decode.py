@@ -559,7 +559,9 @@ class DecodedBatch:
         from dataclasses import replace
         from functools import partial
 
-        if not wanted:
+        if not wanted or self.plan.source == "events":
+            # Decoded events (replay reads the change log): there are no raw records to read again; the
+            # dead letters keep their coordinates (the original record's, as the change log stores them).
             return {}
         plan = replace(self.plan, wanted=frozenset(wanted), changelog=None)
         frame = self.inputs.mapInArrow(partial(raw_lookup, plan), payload.spark_schema())

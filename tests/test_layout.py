@@ -35,6 +35,7 @@ STAGE_OF = {
             "spark",
             "cluster",
             "broker",
+            "e2e",
             "jars",
             "errors",
             "pythonpath",

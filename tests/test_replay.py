@@ -163,3 +163,39 @@ def test_changelog_disabled(spark, tmp_path):
     assert not (tmp_path / "state" / "changelog").exists()
     with pytest.raises(ReplayError, match="no change log"):
         replay(runner.config, tmp_path / "out", as_of="0")
+
+
+def test_replay_over_a_change_log_with_database_statements(spark, tmp_path):
+    """A database-level DDL (CREATE DATABASE, USE: no table; Debezium's snapshot writes them) has a change-log
+    partition without a table: replay leaves it out (it changes no mirror) instead of failing to sort it."""
+    config = job(tmp_path)
+    runner = Runner(spark, config)
+    runner.messages(
+        tmp_path,
+        [
+            {**ddl("QUERY", "CREATE DATABASE shop", es=ES + 1), "table": ""},
+            canal("INSERT", [order(1, "a")], es=ES + 10),
+        ],
+    )
+    replay(config, tmp_path / "out", as_of=str(ES + 100))
+    assert table_rows(tmp_path / "out" / "shop" / "orders") == table_rows(
+        tmp_path / "lake" / "shop" / "orders"
+    )
+
+
+def test_replay_of_events_that_become_dead_letters(spark, tmp_path):
+    """Events the change log holds that the engine refuses after decoding (a table without a known key,
+    as Debezium publishes a keyless table) are dead letters of the replay too: there is no raw record to
+    read again from the change log, and the replay goes on."""
+    config = job(tmp_path, source={"type": "files", "path": "landing", "dialect": "debezium"})
+    runner = Runner(spark, config)
+    row = {
+        "op": "c",
+        "before": None,
+        "after": {"a": 1},
+        "source": {"db": "shop", "table": "nokey", "file": "b.000001", "pos": 4, "row": 0, "ts_ms": ES},
+    }
+    runner.messages(tmp_path, [row])
+    assert [d["table"] for d in runner.dead_letters()] == ["nokey"]
+    summary = replay(config, tmp_path / "out", as_of=str(ES + 100))
+    assert summary.dead_letters == 1

@@ -51,11 +51,15 @@ def changelog_events(state: State, pattern: str | None) -> pa.Table | None:
         return None
     log_table = DeltaTable(str(root))
     actions = pa.table(log_table.get_add_actions(flatten=True)).to_pylist()
+    # A database-level statement (CREATE DATABASE, USE; Debezium's snapshot writes them) has no table: its
+    # partition changes no mirror and is left out.
     pairs = sorted(
         {
             (a.get("partition.database"), a.get("partition.table"))
             for a in actions
-            if _wanted(pattern, a.get("partition.database"), a.get("partition.table"))
+            if a.get("partition.database") is not None
+            and a.get("partition.table") is not None
+            and _wanted(pattern, a.get("partition.database"), a.get("partition.table"))
         }
     )
     if not pairs:

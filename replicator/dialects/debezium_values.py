@@ -236,6 +236,17 @@ def converter(field: dict[str, Any]) -> Convert:
     return text
 
 
+def _unsigned(convert: Convert) -> Convert:
+    """A BIGINT UNSIGNED published as int64 (bigint.unsigned.handling.mode=long): a negative value is a
+    value past 2^63-1 that wrapped, not a value of the column."""
+
+    def checked(value: Any) -> str | None:
+        number = bigint(value)
+        return None if number is None or number < 0 else convert(value)
+
+    return checked
+
+
 def _hex(data: bytes | None) -> str | None:
     return None if data is None else data.hex()
 
@@ -257,20 +268,91 @@ def source_type(field: dict[str, Any]) -> str | None:
     return LOGICAL_TYPES.get(name) or CONNECT_TYPES.get(kind) or kind  # type: ignore[arg-type]
 
 
+# ``column.propagate.source.type`` (parameters of each field): the column's type in the database. With it,
+# the value modes that lose what a column is can be told (seen with Debezium 3.5, tests/test_e2e.py).
+SOURCE_TYPE = "__debezium.source.column.type"
+SOURCE_LENGTH = "__debezium.source.column.length"
+SOURCE_SCALE = "__debezium.source.column.scale"
+_DECIMALS = frozenset(("decimal", "numeric", "dec", "fixed", "number"))
+_BINARIES = frozenset(("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "bytea", "raw"))
+_SIZED = frozenset(("char", "varchar", "binary", "varbinary", "bit", "datetime", "timestamp", "time"))
+BINARY_AS_TEXT = (
+    "binary.handling.mode base64/hex publishes binary columns as text that cannot be told apart "
+    "(set binary.handling.mode=bytes)"
+)
+DECIMAL_AS_DOUBLE = (
+    "decimal.handling.mode=double publishes DECIMAL as an approximate double "
+    "(set decimal.handling.mode=precise or string)"
+)
+UNSIGNED_WRAPPED = (
+    "bigint.unsigned.handling.mode=long wrapped a BIGINT UNSIGNED value past 2^63-1 to a negative number "
+    "(set bigint.unsigned.handling.mode=precise)"
+)
+
+
+def propagated_type(parameters: dict[str, Any]) -> str | None:
+    """The database type text of ``column.propagate.source.type``: ``DECIMAL`` + length 38 + scale 10 ->
+    ``decimal(38,10)``, ``BIGINT UNSIGNED`` -> ``bigint unsigned``, ``DATETIME`` + 6 -> ``datetime(6)``."""
+    kind = string(parameters.get(SOURCE_TYPE))
+    if not kind:
+        return None
+    words = kind.lower().split()
+    base, length = words[0], string(parameters.get(SOURCE_LENGTH))
+    if base in _DECIMALS and length is not None:
+        base = f"{base}({length},{string(parameters.get(SOURCE_SCALE)) or 0})"
+    elif base in _SIZED and length is not None:
+        base = f"{base}({length})"
+    return " ".join([base, *words[1:]])
+
+
+def refusal(field: dict[str, Any], database_type: str | None) -> str | None:
+    """Why a column's values cannot be mirrored right whatever they are (a value mode that lost the type)."""
+    if database_type is None:
+        return None
+    base, kind = database_type.split("(")[0].split(" ")[0], string(field.get("type"))
+    if base in _BINARIES and kind == "string":
+        return BINARY_AS_TEXT
+    if base in _DECIMALS and kind in ("float32", "float64", "double", "float"):
+        return DECIMAL_AS_DOUBLE
+    return None
+
+
+def _refused(_value: Any) -> str | None:
+    return None
+
+
 class Columns:
     """The conversions and source types of one image schema (the ``fields`` of ``schema.fields[after]``,
-    else ``[before]``)."""
+    else ``[before]``); ``reasons``: why a column's value may not convert (a value mode), for the error."""
 
-    __slots__ = ("convert", "types")
+    __slots__ = ("convert", "reasons", "types")
 
     def __init__(self, fields: list[dict[str, Any]]) -> None:
         self.convert: dict[str, Convert] = {}
         self.types: dict[str, str | None] = {}
+        self.reasons: dict[str, str] = {}
         for field in fields:
             name = string(field.get("field"))
-            if name is not None:  # a later field of the same name wins (LAST_WIN)
-                self.convert[name] = converter(field)
-                self.types[name] = source_type(field)
+            if name is None:
+                continue
+            # a later field of the same name wins (LAST_WIN)
+            database_type = propagated_type(image(field.get("parameters")) or {})
+            convert = converter(field)
+            reason = refusal(field, database_type)
+            if reason is not None:
+                convert = _refused
+            elif (
+                database_type is not None
+                and database_type.startswith("bigint")
+                and "unsigned" in database_type
+            ):
+                if string(field.get("type")) == "int64" and string(field.get("name")) is None:
+                    reason = UNSIGNED_WRAPPED
+                    convert = _unsigned(convert)
+            self.convert[name] = convert
+            self.types[name] = database_type or source_type(field)
+            if reason is not None:
+                self.reasons[name] = reason
 
     def image(self, row: dict[str, Any]) -> tuple[dict[str, str | None], list[str]]:
         """A row image as canonical text, and the columns whose non-NULL value did not convert."""

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from replicator.types import arrow_type, parse_values
+from tests.conftest import FIXTURES
 from tests.dialects.golden import check_golden, params, raw_records
 
 
@@ -317,3 +318,120 @@ def test_schema_conversions_follow_each_message_schema():
     rows = event_records(decode(records, "debezium"))
     assert [r.get("after", {}).get("p") for r in rows] == ["123.45", "12.345", "1234.5", None]
     assert rows[3]["error"] == 'values do not decode as their schema types: columns ["p"]'
+
+
+# ---- what Debezium 3.5's MariaDB connector really publishes (tests/test_e2e.py, issue 31) ------------------
+
+REAL = FIXTURES / "debezium" / "real-mariadb-3.5.jsonl"
+
+
+def _real_events() -> list[dict]:
+    """The fixture's events in its line order; ``order`` is the dialect's part of seq (before the record
+    coordinates), ``meta`` a dict."""
+    from replicator.commands.inspect import event_records
+    from replicator.dialects import decode
+
+    lines = REAL.read_text(encoding="utf-8").splitlines()
+    rows = event_records(decode(raw_records(lines, source="mem"), "debezium"))
+    for r in rows:
+        r["order"] = tuple(r["seq"][:3]) if r.get("seq") else None
+        r["meta"] = dict(r.get("meta") or {})
+    return rows
+
+
+def test_real_snapshot_schema_events_rank_before_the_snapshot_rows():
+    """The snapshot's DROP TABLE IF EXISTS / CREATE TABLE carry the snapshot rows' binlog position but come on
+    the schema-change topic: they must rank before those rows, or a row lands before the DROP and is lost."""
+    events = _real_events()
+    rows = [e for e in events if e.get("op") == "snapshot"]
+    snapshot_ddl = [e for e in events if e.get("op") == "ddl" and e["position"] == rows[0]["position"]]
+    assert [e["ddl_kind"] for e in snapshot_ddl] == ["ERASE", "CREATE"]  # same position text as published
+    assert all(d["order"] < r["order"] for d in snapshot_ddl for r in rows)
+    streamed = [e for e in events if e.get("op") in ("insert", "update", "delete")]
+    assert streamed and all(r["order"] <= s["order"] for r in rows for s in streamed)
+
+
+def test_real_session_statement_of_no_database_is_filtered():
+    """The snapshot opens with ``SET character_set_server=...``, databaseName "" and no table: filtered,
+    not a 'missing database' dead letter."""
+    first = _real_events()[0]
+    assert first["op"] == "filtered"
+    assert first.get("error") is None
+
+
+def test_real_schema_history_record_is_a_dead_letter_naming_the_topic():
+    """A record of the connector's schema history topic (subscribed by a too-wide topic pattern) looks like
+    a bare schema-change event but has no binlog order: a dead letter, never an applied DDL."""
+    last = _real_events()[-1]
+    assert last.get("op") is None
+    assert "schema history record" in last["error"]
+
+
+def _propagated(kind: str, source: str, length: str | None = None, scale: str | None = None) -> dict:
+    """A field as ``column.propagate.source.type=.*`` writes it (Debezium 3.5, MariaDB; tests/test_e2e.py)."""
+    parameters = {"__debezium.source.column.type": source, "__debezium.source.column.name": "v"}
+    if length is not None:
+        parameters["__debezium.source.column.length"] = length
+    if scale is not None:
+        parameters["__debezium.source.column.scale"] = scale
+    return {"type": kind, "optional": True, "parameters": parameters, "field": "v"}
+
+
+PROPAGATED_ARROW = {
+    "decimal(38,10)": pa.decimal128(38, 10),
+    "varbinary(10)": pa.binary(),
+    "bigint unsigned": pa.decimal128(20, 0),
+    "datetime(6)": pa.timestamp("us"),
+}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "text", "source_type", "error"),
+    [
+        # decimal.handling.mode=string: exact text; the propagated type makes it decimal(38,10), not a string
+        (
+            _propagated("string", "DECIMAL", "38", "10"),
+            "-1.0123456789",
+            "-1.0123456789",
+            "decimal(38,10)",
+            None,
+        ),
+        (_propagated("double", "DECIMAL", "38", "10"), 1.2345678901234567e19, None, None, "decimal.handling"),
+        (_propagated("string", "VARBINARY", "10"), "AP8=", None, None, "binary.handling.mode base64/hex"),
+        (_propagated("string", "BLOB"), "abcd", None, None, "binary.handling.mode base64/hex"),
+        (_propagated("bytes", "VARBINARY", "10"), "AP8=", "00ff", "varbinary(10)", None),
+        (_propagated("int64", "BIGINT UNSIGNED", "20"), 5, "5", "bigint unsigned", None),
+        (_propagated("int64", "BIGINT UNSIGNED", "20"), -1, None, None, "bigint.unsigned.handling.mode=long"),
+        (
+            _propagated("int64", "DATETIME", "6") | {"name": "io.debezium.time.MicroTimestamp"},
+            1,
+            "1970-01-01 00:00:00.000001",
+            "datetime(6)",
+            None,
+        ),
+    ],
+)
+def test_propagated_source_types_and_refused_value_modes(field, value, text, source_type, error):
+    """With ``column.propagate.source.type`` the database type is known: string decimals are typed exactly,
+    and value modes that lost the column's meaning (binary as base64/hex text, decimals as doubles, BIGINT
+    UNSIGNED wrapped by ``long``) are dead letters naming the connector setting, never wrong values."""
+    from replicator.commands.inspect import event_records
+    from replicator.dialects import decode
+
+    message = {
+        "schema": {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": [field]}]},
+        "payload": {
+            "op": "c",
+            "after": {"v": value},
+            "source": {"db": "d", "table": "t", "file": "b.1", "pos": 4},
+        },
+    }
+    (row,) = event_records(decode(raw_records([message]), "debezium"))
+    if error is None:
+        assert row.get("error") is None
+        assert row["after"] == {"v": text}
+        assert row["source_types"] == {"v": source_type}
+        assert arrow_type(source_type) == PROPAGATED_ARROW[source_type]
+    else:
+        assert error in row["error"], row["error"]
+        assert row["error"].startswith('values do not decode as their schema types: columns ["v"]')
