@@ -30,7 +30,7 @@ class Kafka:
     def admin(self):  # type: ignore[no-untyped-def]
         from confluent_kafka.admin import AdminClient
 
-        return AdminClient({"bootstrap.servers": self.servers, "log_level": 3})
+        return AdminClient({"bootstrap.servers": self.servers, "log_level": 0})
 
     def topic(self, name: str = "t", partitions: int = 3, config: dict[str, str] | None = None) -> str:
         """A new topic (a unique name from ``name``) with ``partitions`` partitions, created and ready."""
@@ -67,7 +67,7 @@ class Kafka:
                 "partitioner": "murmur2_random",
                 "enable.idempotence": True,
                 "linger.ms": 5,
-                "log_level": 3,
+                "log_level": 0,
             }
         )
         placed: list[tuple[str, int, int] | None] = []
@@ -94,7 +94,7 @@ class Kafka:
         """Each partition's next offset (the high watermark)."""
         from confluent_kafka import Consumer, TopicPartition
 
-        consumer = Consumer({"bootstrap.servers": self.servers, "group.id": "offsets", "log_level": 3})
+        consumer = Consumer({"bootstrap.servers": self.servers, "group.id": "offsets", "log_level": 0})
         try:
             partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
             return {

@@ -99,3 +99,54 @@ def test_every_format_mirrors_from_kafka_as_from_files(spark, kafka, tmp_path, d
     logged = {(r["coordinates"]["source"], r["coordinates"]["partition"]) for r in log}
     assert {t for t, _p in logged} <= {topic}
     assert len(dead) == len(state_rows(tmp_path / "files" / "state", "dead_letters", ["offset"]))
+
+
+def inserts(ids: range, partitions: int = 2) -> list[tuple[bytes | None, bytes, int]]:
+    """canal-json INSERTs of shop.orders, id i in partition i % partitions (no key, as canal)."""
+    from tests.helpers import canal, order
+
+    return [
+        (None, json.dumps(canal("INSERT", [order(i)], es=1_700_000_000_000 + i)).encode(), i % partitions)
+        for i in ids
+    ]
+
+
+def mirrored_ids(root: Path, table: str = "orders") -> list[int]:
+    return sorted(int(r["id"]) for r in delta_table(root / "lake" / "shop" / table).to_pylist())
+
+
+def test_offsets_deleted_before_the_job_read_them_fail_or_are_shown_as_lost(spark, kafka, tmp_path):
+    from confluent_kafka import TopicPartition
+
+    from replicator.commands.status import collect_status
+    from replicator.errors import SourceFailed
+
+    topic = kafka.topic("retention", 2)
+    kafka.produce(topic, inserts(range(10)))  # offsets 0-4 in each partition
+    source = kafka_source(kafka, "canal-json", [topic])
+    config = job(tmp_path, source=source, trigger={"interval": "100ms"})
+    run_job(spark, config)
+    assert mirrored_ids(tmp_path) == list(range(10))
+
+    kafka.produce(topic, inserts(range(10, 30)))  # offsets 5-14 in each partition
+    admin = kafka.admin()
+    deleted = admin.delete_records([TopicPartition(topic, 0, 12), TopicPartition(topic, 1, 8)])
+    for future in deleted.values():
+        future.result(timeout=30)  # as retention would: partition 0 starts at 12, partition 1 at 8
+
+    with pytest.raises(SourceFailed) as failed:
+        run_job(spark, config)
+    message = str(failed.value)
+    assert f"of topic '{topic}' partition" in message and "offsets 5 to 14" in message
+    assert "fail_on_data_loss: false" in message and "\n" not in message
+    assert mirrored_ids(tmp_path) == list(range(10))  # nothing of that batch applied
+
+    going_on = job(tmp_path, source={**source, "kafka": {**source["kafka"], "fail_on_data_loss": False}})
+    run_job(spark, going_on)
+    lost = {10, 12, 14, 16, 18, 20, 22} | {11, 13, 15}  # partition 0 offsets 5-11, partition 1 offsets 5-7
+    assert mirrored_ids(tmp_path) == sorted(set(range(30)) - lost)
+    partitions = {p["partition"]: p for p in collect_status(going_on)["kafka"]}
+    assert partitions[0]["lost"] == [[5, 12]] and partitions[0]["lost_offsets"] == 7
+    assert partitions[1]["lost"] == [[5, 8]] and partitions[1]["lost_offsets"] == 3
+    for p in partitions.values():
+        assert (p["topic"], p["next_offset"], p["last_read"], p["latest"], p["lag"]) == (topic, 15, 14, 15, 0)
