@@ -118,7 +118,21 @@ def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> 
     if config:
         for key, value in config.spark.conf.items():
             builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:
+        packages = extras.get("spark.jars.packages")
+        if packages and active is None:  # no jars fetched, and Spark's resolver could not get them either
+            from replicator import jars
+            from replicator.errors import SourceFailed
+
+            raise SourceFailed(
+                f"Spark did not start: this job needs {packages}, which are not installed in "
+                f"{jars.home() / 'spark'} and which Spark's resolver (spark.jars.packages) could not fetch "
+                "(see the lines above): run `replicator jars` (make install does), or give spark-submit "
+                "--packages with a registry it reaches (docs/operations.md)"
+            ) from exc
+        raise
     for key, value in REQUIRED.items():
         spark.conf.set(key, value)
     if not submitted:

@@ -150,3 +150,158 @@ def test_offsets_deleted_before_the_job_read_them_fail_or_are_shown_as_lost(spar
     assert partitions[1]["lost"] == [[5, 8]] and partitions[1]["lost_offsets"] == 3
     for p in partitions.values():
         assert (p["topic"], p["next_offset"], p["last_read"], p["latest"], p["lag"]) == (topic, 15, 14, 15, 0)
+
+
+def run_until(spark, config, done, then=None, timeout: float = 180):  # type: ignore[no-untyped-def]
+    """The streaming job (not --available-now) in this thread while ``then`` runs beside it; stopped once
+    ``done()`` holds (or after ``timeout`` s). Returns the job's error, if it stopped on one."""
+    import threading
+    import time
+
+    from replicator.commands.runner import MirrorJob
+
+    mirror = MirrorJob(config, spark)
+    errors: list[BaseException] = []
+
+    def beside() -> None:
+        try:
+            if then is not None:
+                then()
+            deadline = time.monotonic() + timeout
+            while not done() and time.monotonic() < deadline:
+                time.sleep(0.5)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            mirror._stop.set()
+
+    thread = threading.Thread(target=beside, daemon=True)
+    thread.start()
+    try:
+        mirror.run()
+    except Exception as exc:
+        mirror._stop.set()
+        thread.join()
+        return exc
+    thread.join()
+    if errors:
+        raise errors[0]
+    return None
+
+
+def ids_now(root: Path) -> list[int]:
+    table = root / "lake" / "shop" / "orders"
+    return mirrored_ids(root) if (table / "_delta_log").exists() else []
+
+
+def wait_for(condition, timeout: float = 120) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.3)
+
+
+def test_partitions_added_and_a_new_topic_of_the_pattern_are_read_while_the_job_runs(spark, kafka, tmp_path):
+    first = kafka.topic("grow", 1)
+    prefix = first.rsplit("-", 1)[0]
+    kafka.produce(first, inserts(range(5), 1))
+    source = kafka_source(
+        kafka, "canal-json", topic_pattern=f"{prefix}-[0-9]+", options={"kafka.metadata.max.age.ms": "500"}
+    )
+    config = job(tmp_path, source=source, trigger={"interval": "200ms"})
+    later: list[str] = []
+
+    def grow() -> None:
+        wait_for(lambda: ids_now(tmp_path) == list(range(5)))
+        kafka.add_partitions(first, 3)
+        kafka.produce(first, [(k, v, 1 + i % 2) for i, (k, v, _p) in enumerate(inserts(range(5, 15), 1))])
+        later.append(kafka.topic("grow", 2))  # matches the pattern: read from its first offset
+        kafka.produce(later[0], inserts(range(15, 20)))
+
+    error = run_until(spark, config, lambda: ids_now(tmp_path) == list(range(20)), grow)
+    assert error is None, error
+    assert ids_now(tmp_path) == list(range(20))
+    from replicator.commands.status import collect_status
+
+    seen = {(p["topic"], p["partition"]): p["next_offset"] for p in collect_status(config)["kafka"]}
+    assert seen == {(first, 0): 5, (first, 1): 5, (first, 2): 5, (later[0], 0): 2, (later[0], 1): 3}
+
+
+@pytest.mark.slow
+def test_the_broker_stopped_and_restarted_the_job_resumes_without_loss(spark, tmp_path):
+    import time
+
+    from replicator.broker import kafka_broker
+    from tests.kafka_helpers import Kafka
+
+    folder = tmp_path / "broker"
+    starting = kafka_broker(folder)
+    broker = starting.__enter__()
+    restarted = None
+    try:
+        kafka = Kafka(broker)
+        topic = kafka.topic("restart", 2)
+        kafka.produce(topic, inserts(range(10)))
+        config = job(
+            tmp_path, source=kafka_source(kafka, "canal-json", [topic]), trigger={"interval": "200ms"}
+        )
+        port = int(broker.bootstrap_servers.rsplit(":", 1)[1])
+
+        def outage() -> None:
+            nonlocal restarted
+            wait_for(lambda: ids_now(tmp_path) == list(range(10)))
+            starting.__exit__(None, None, None)  # stopped (SIGTERM), storage kept
+            time.sleep(5)  # the job's triggers meet no broker meanwhile
+            restarted = kafka_broker(folder, port=port)
+            restarted.__enter__()
+            Kafka(broker).produce(topic, inserts(range(10, 20)))
+
+        error = run_until(spark, config, lambda: ids_now(tmp_path) == list(range(20)), outage)
+        # The job waits: Spark's Kafka source retries its offset requests through the 5 s outage.
+        assert error is None, error
+        assert ids_now(tmp_path) == list(range(20))
+    finally:
+        if restarted is not None:
+            restarted.__exit__(None, None, None)
+        else:
+            starting.__exit__(None, None, None)
+
+
+IVY_NOWHERE = """<ivysettings><settings defaultResolver="nowhere"/><resolvers><filesystem name="nowhere">
+<artifact pattern="{root}/no-repository/[organisation]/[module]/[revision]/[artifact]-[revision].[ext]"/>
+</filesystem></resolvers></ivysettings>"""
+
+
+def test_a_kafka_job_with_no_jars_and_no_registry_fails_with_one_clear_line(tmp_path):
+    """No jars fetched (REPLICATOR_JARS: an empty folder) and Spark's resolver reaching no registry (an ivy
+    settings file whose only repository does not exist, its own empty cache): exit 4, and the last line
+    says which packages, where they were looked for and what to run."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "ivy.xml").write_text(IVY_NOWHERE.format(root=tmp_path))
+    (tmp_path / "job.yaml").write_text(
+        "name: nojars\n"
+        "source: {type: kafka, dialect: canal-json, kafka: {bootstrap_servers: '127.0.0.1:9', topics: [t]}}\n"
+        "target: {path: lake}\nstate: {path: state}\n"
+        f"spark: {{conf: {{spark.jars.ivySettings: {tmp_path / 'ivy.xml'}, "
+        f"spark.jars.ivy: {tmp_path / 'ivy'}}}}}\n"
+    )
+    (tmp_path / "jars").mkdir()
+    env = {**os.environ, "REPLICATOR_JARS": str(tmp_path / "jars"), "REPLICATOR_SPARK_MASTER": "local[1]"}
+    env.pop("REPLICATOR_SPARK_JARS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "replicator.commands.cli", "mirror", "--config", str(tmp_path / "job.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.returncode == 4, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("replicator: Spark did not start: this job needs org.apache.spark:spark-sql-kafka")
+    assert str(tmp_path / "jars" / "spark") in last and "replicator jars" in last and "--packages" in last
