@@ -407,7 +407,10 @@ def _offsets_file(uri: str) -> dict[str, dict[str, int]] | None:
     offset); None when the file is not there."""
     import json
 
-    content = read_file(uri)
+    try:
+        content = read_file(uri)
+    except FileNotFoundError:  # a batch the stream did not plan (Engine.process), or one Spark forgot
+        return None
     if content is None:
         return None
     lines = [line for line in content.decode("utf-8", "replace").splitlines() if line.strip()]

@@ -115,7 +115,7 @@ def mirrored_ids(root: Path, table: str = "orders") -> list[int]:
     return sorted(int(r["id"]) for r in delta_table(root / "lake" / "shop" / table).to_pylist())
 
 
-def test_offsets_deleted_before_the_job_read_them_fail_or_are_shown_as_lost(spark, kafka, tmp_path):
+def test_offsets_deleted_before_the_job_read_them_fail_or_are_shown_as_lost(spark, kafka, tmp_path, capsys):
     from confluent_kafka import TopicPartition
 
     from replicator.commands.status import collect_status
@@ -150,6 +150,12 @@ def test_offsets_deleted_before_the_job_read_them_fail_or_are_shown_as_lost(spar
     assert partitions[1]["lost"] == [[5, 8]] and partitions[1]["lost_offsets"] == 3
     for p in partitions.values():
         assert (p["topic"], p["next_offset"], p["last_read"], p["latest"], p["lag"]) == (topic, 15, 14, 15, 0)
+    from replicator.commands.status import print_status
+
+    capsys.readouterr()
+    print_status(going_on)
+    lines = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(topic)]
+    assert lines == [[topic, "0", "15", "14", "0", "5-11"], [topic, "1", "15", "14", "0", "5-7"]]
 
 
 def run_until(spark, config, done, then=None, timeout: float = 180):  # type: ignore[no-untyped-def]
@@ -305,3 +311,42 @@ def test_a_kafka_job_with_no_jars_and_no_registry_fails_with_one_clear_line(tmp_
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("replicator: Spark did not start: this job needs org.apache.spark:spark-sql-kafka")
     assert str(tmp_path / "jars" / "spark") in last and "replicator jars" in last and "--packages" in last
+
+
+def test_debezium_keys_tombstones_heartbeats_and_transaction_records_from_a_topic(spark, kafka, tmp_path):
+    """Debezium as Kafka Connect writes it: the key struct as the record key (no tables.keys in the job),
+    a NULL-value tombstone after each delete, heartbeats and transaction BEGIN/END records: the mirror keyed
+    by the record key, and every non-change record filtered and counted, none a dead letter."""
+    from tests.test_kafka_keys import debezium
+
+    heartbeat = (
+        b'{"schema":{"type":"struct","name":"io.debezium.connector.common.Heartbeat"},"payload":{"ts_ms":1}}'
+    )
+
+    def tx(status: str) -> bytes:
+        return json.dumps({"status": status, "id": "571", "ts_ms": 1, "event_count": 2}).encode()
+
+    records = [
+        (None, tx("BEGIN")),
+        (b'{"id": 1}', debezium("orders", "c", {"id": 1, "name": "a"}, None, 10)),
+        (b'{"id": 2}', debezium("orders", "c", {"id": 2, "name": "b"}, None, 11)),
+        (None, tx("END")),
+        (None, heartbeat),
+        (b'{"id": 1}', debezium("orders", "u", {"id": 1, "name": "a2"}, {"id": 1, "name": "a"}, 12)),
+        (b'{"id": 2}', debezium("orders", "d", None, {"id": 2, "name": "b"}, 13)),
+        (b'{"id": 2}', None),  # the tombstone after the delete
+        (b'{"id": 3}', debezium("orders", "c", {"id": 3, "name": "c"}, None, 14)),
+        (None, heartbeat),
+    ]
+    topic = kafka.topic("dbz", 1)  # one partition: the transaction records keep their place
+    kafka.produce(topic, [(k, v, None) for k, v in records])
+    config = job(tmp_path, source=kafka_source(kafka, "debezium", [topic]), trigger={"interval": "100ms"})
+    run_job(spark, config)
+    rows = delta_table(tmp_path / "lake" / "shop" / "orders").to_pylist()
+    assert sorted((r["id"], r["name"]) for r in rows) == [("1", "a2"), ("3", "c")]  # untyped: text
+    batches = state_rows(tmp_path / "state", "batches")
+    total = {
+        c: sum(b[c] for b in batches) for c in ("records_in", "events", "applied", "filtered", "dead_letters")
+    }
+    assert total == {"records_in": 10, "events": 5, "applied": 5, "filtered": 5, "dead_letters": 0}
+    assert state_rows(tmp_path / "state", "dead_letters") == []
