@@ -69,6 +69,8 @@ bench: install ## the benchmarks of docs/performance.md (about 60 minutes); resu
 	$(BIN)/python benchmarks/steady_state.py --keys uniform
 	$(BIN)/python benchmarks/many_tables.py
 	$(BIN)/python benchmarks/latency.py
+	$(BIN)/python benchmarks/kafka_throughput.py
+	$(BIN)/python benchmarks/kafka_latency.py
 	$(BIN)/python benchmarks/memory.py
 	$(BIN)/python benchmarks/decode_stages.py
 	$(BIN)/python benchmarks/decode_instructions.py || echo "decode_instructions: needs valgrind"

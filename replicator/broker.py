@@ -110,6 +110,8 @@ def kafka_broker(
             capture_output=True,
         )
     (folder / "log4j2.properties").write_text(_LOG4J.format(log=folder / "server.log"))
+    # A restart appends to the log: only what this process writes says it started.
+    logged = (folder / "server.log").stat().st_size if (folder / "server.log").exists() else 0
     proc = subprocess.Popen(
         [
             _java(),
@@ -130,7 +132,7 @@ def kafka_broker(
     try:
         deadline = time.monotonic() + timeout
         log = folder / "server.log"
-        while not (log.exists() and "Kafka Server started" in log.read_text(errors="replace")):
+        while not (log.exists() and "Kafka Server started" in _tail(log, logged)):
             if proc.poll() is not None or time.monotonic() > deadline:
                 tail = (folder / "stdout.log").read_text()[-2000:] + (
                     log.read_text(errors="replace")[-3000:] if log.exists() else ""
@@ -142,6 +144,12 @@ def kafka_broker(
         yield broker
     finally:
         stop(proc)
+
+
+def _tail(log: Path, start: int) -> str:
+    with log.open("rb") as f:
+        f.seek(start)
+        return f.read().decode(errors="replace")
 
 
 def _port_of(config: Path) -> int:

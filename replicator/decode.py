@@ -90,7 +90,7 @@ def _files(batch: pa.RecordBatch, size: int) -> Iterator[pa.Table]:
 
 def _kafka(batch: pa.RecordBatch, size: int) -> Iterator[pa.Table]:
     """Kafka rows (value, key, topic, partition, offset) -> raw records; null values (tombstones after
-    Debezium deletes) are not records."""
+    Debezium deletes) are not records (decode_partition counts them as filtered)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -144,6 +144,38 @@ def decoded_events(plan: DecodePlan, records: pa.Table) -> pa.Table:
         return records
     events = decode(records, plan.dialect, plan.options, plan.batch_id, sort_keys=True)
     return route(events, list(plan.routes))
+
+
+def kafka_coordinates(batch: pa.RecordBatch) -> pa.Table:
+    """A Kafka input batch's (source, partition, offset) columns, every record (NULL values included)."""
+    import pyarrow as pa
+
+    return pa.table(
+        {
+            "source": batch.column("topic").cast(pa.string()),
+            "partition": batch.column("partition").cast(pa.int64()),
+            "offset": batch.column("offset").cast(pa.int64()),
+        }
+    )
+
+
+def tombstone_counts(n: int) -> pa.Table:
+    """``n`` Kafka records with a NULL value (the tombstone Debezium writes after each delete, for log
+    compaction) as :func:`group_counts` rows: ``n`` records, ``n`` filtered events of no table."""
+    import pyarrow as pa
+
+    return pa.table(
+        {
+            "database": pa.nulls(1, pa.string()),
+            "schema": pa.nulls(1, pa.string()),
+            "table": pa.nulls(1, pa.string()),
+            "op": pa.array(["filtered"]),
+            "ok": pa.array([True]),
+            "pk": pa.nulls(1, pa.string()),
+            "first_sum": pa.array([n], pa.int64()),
+            "first_count": pa.array([n], pa.int64()),
+        }
+    )
 
 
 def group_counts(events: pa.Table) -> pa.Table:
@@ -342,9 +374,13 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
     with gc_paused():
         for batch in batches:
             read: list[pa.Table] = []
+            if plan.source == "kafka":
+                # Every record read, NULL values too: the manifest's ranges cover them (Engine.recover reads
+                # the same ones again) and a tombstone is counted as filtered, not dropped unseen.
+                read.append(kafka_coordinates(batch))
+                if batch.column("value").null_count:
+                    groups.append(tombstone_counts(batch.column("value").null_count))
             for records in READERS[plan.source](batch, plan.slice_rows):
-                if plan.source == "kafka":
-                    read.append(records.select(["source", "partition", "offset"]))
                 events = decoded_events(plan, records)
                 if events.num_rows == 0:
                     continue

@@ -379,6 +379,8 @@ class Engine:
             _clear(batch.plan.spill)
         if work.started is not None:
             summary.duration_ms = int((time.monotonic() - work.started) * 1000)
+            if batch.plan.source == "kafka":
+                self._record_partitions(work)
             self.state.record_batch(summary)
             log.info("batch", **dict(summary.__dict__.items()))
         if work.pending:
@@ -386,6 +388,35 @@ class Engine:
         if self.on_batch is not None:
             self.on_batch(summary)
         return summary
+
+    def _record_partitions(self, work: BatchWork) -> None:
+        """A Kafka batch's offsets per partition: the range Spark planned, what was read, the broker's newest
+        offset (the lag) and the offsets Kafka no longer had (``fail_on_data_loss: false``: read past, so
+        recorded and logged here, never skipped unseen)."""
+        from replicator.sources import kafka_batch_ranges, kafka_latest_offsets, kafka_partition_rows
+
+        batch_id = work.summary.batch_id
+        ranges = kafka_batch_ranges(self.state.checkpoint, batch_id)
+        if ranges is None:  # a pending batch whose checkpoint offsets Spark no longer keeps
+            return
+        assert self.config.source.kafka is not None
+        try:
+            topics = sorted({topic for topic, _p in ranges})
+            latest = kafka_latest_offsets(work.batch.frame.sparkSession, self.config.source.kafka, topics)
+        except Exception as exc:  # the lag is information: a broker that does not answer now fails no batch
+            log.warning("the Kafka brokers' newest offsets not read: lag unknown", error=str(exc)[:300])
+            latest = {}
+        rows = kafka_partition_rows(batch_id, ranges, work.batch.manifest, latest)
+        for r in rows.filter(pc.is_valid(rows["lost_from"])).to_pylist():
+            log.warning(
+                "Kafka offsets lost: deleted before the job read them (fail_on_data_loss: false)",
+                topic=r["topic"],
+                partition=r["partition"],
+                lost_from=r["lost_from"],
+                lost_to=r["lost_to"],
+                batch_id=batch_id,
+            )
+        self.state.record_partitions(rows, batch_id)
 
     def _record(self, work: BatchWork, results: list[TableResult], dead_rows: list[DeadRow]) -> None:
         """History tables, the tables' results in the summary, dead letters, the registry, tombstones."""

@@ -10,3 +10,8 @@ class RecordFailed(RuntimeError):
 class SchemaChangeFailed(RecordFailed):
     """``schema_evolution: fail`` met a DDL that changes a mirror; the message names statement, table and
     position."""
+
+
+class SourceFailed(RuntimeError):
+    """The source cannot be read as the job file asks (Kafka offsets deleted before the job read them, the
+    Kafka connector's jars not found): one line that says what and how to go on."""

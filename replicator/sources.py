@@ -18,6 +18,7 @@ import base64
 import binascii
 import mmap
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
@@ -372,3 +373,138 @@ def batch_inputs(source: str, frame: DataFrame) -> tuple[str, DataFrame]:
     """A streaming micro-batch -> (decode reader name, the DataFrame the decode tasks read)."""
     builders = {"files": files_inputs, "kafka": kafka_inputs}
     return source, builders[source](frame)
+
+
+# ---- kafka: what a batch read, per partition ---------------------------------------------------------------
+
+
+def partitions_schema() -> pa.Schema:
+    """A Kafka batch's account per partition (the state's ``kafka_partitions`` table, ``replicator status``):
+    the range Spark planned (``start`` to ``end``, exclusive; its checkpoint's offsets), the first and last
+    offset read, the newest offset the broker had (``latest``, exclusive: lag = latest - end) and the offsets
+    of the range that could not be read (``lost_from`` to ``lost_to``, exclusive: deleted by retention
+    before the job read them, read past under ``fail_on_data_loss: false``)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("batch_id", pa.int64()),
+            ("topic", pa.string()),
+            ("partition", pa.int64()),
+            ("start", pa.int64()),
+            ("end", pa.int64()),
+            ("first_read", pa.int64()),
+            ("last_read", pa.int64()),
+            ("latest", pa.int64()),
+            ("lost_from", pa.int64()),
+            ("lost_to", pa.int64()),
+        ]
+    )
+
+
+def _offsets_file(uri: str) -> dict[str, dict[str, int]] | None:
+    """The Kafka offsets in one of Spark's checkpoint offset files (its last line: topic -> partition ->
+    offset); None when the file is not there."""
+    import json
+
+    try:
+        content = read_file(uri)
+    except FileNotFoundError:  # a batch the stream did not plan (Engine.process), or one Spark forgot
+        return None
+    if content is None:
+        return None
+    lines = [line for line in content.decode("utf-8", "replace").splitlines() if line.strip()]
+    return json.loads(lines[-1]) if lines else None
+
+
+def kafka_batch_ranges(checkpoint: str, batch_id: int) -> dict[tuple[str, int], tuple[int, int]] | None:
+    """The offset ranges Spark planned for a batch, from its checkpoint: the previous batch's end (the
+    source's initial offsets for the first batch) to this one's. A partition new in this batch starts at 0
+    (Spark reads an added partition from its earliest offset). None when the files are gone."""
+    end = _offsets_file(f"{checkpoint}/offsets/{batch_id}")
+    start = _offsets_file(f"{checkpoint}/offsets/{batch_id - 1}" if batch_id else f"{checkpoint}/sources/0/0")
+    if end is None or start is None:
+        return None
+    return {
+        (topic, int(p)): (start.get(topic, {}).get(p, 0), offset)
+        for topic, partitions in end.items()
+        for p, offset in partitions.items()
+    }
+
+
+def kafka_partition_rows(
+    batch_id: int,
+    ranges: dict[tuple[str, int], tuple[int, int]],
+    manifest: pa.Table,
+    latest: dict[tuple[str, int], int],
+) -> pa.Table:
+    """The batch's account per partition (:func:`partitions_schema`). Offsets of a range before the first
+    one read (or the whole range, none read) are lost: Kafka no longer had them. (A range never starts on a
+    transaction marker: Spark's ranges end at the offset after a committed transaction's marker.)"""
+    import pyarrow as pa
+
+    read = {(r["source"], r["partition"]): (r["first"], r["last"]) for r in manifest.to_pylist()}
+    rows = []
+    for (topic, partition), (start, end) in sorted(ranges.items()):
+        if end <= start:
+            continue
+        first, last = read.get((topic, partition), (None, None))
+        lost_to = end if first is None else first
+        rows.append(
+            {
+                "batch_id": batch_id,
+                "topic": topic,
+                "partition": partition,
+                "start": start,
+                "end": end,
+                "first_read": first,
+                "last_read": last,
+                "latest": latest.get((topic, partition)),
+                "lost_from": start if lost_to > start else None,
+                "lost_to": lost_to if lost_to > start else None,
+            }
+        )
+    return pa.Table.from_pylist(rows, partitions_schema())
+
+
+def kafka_latest_offsets(
+    spark: SparkSession, options: KafkaOptions, topics: list[str]
+) -> dict[tuple[str, int], int]:
+    """Each partition's newest offset (exclusive) now, asked of the brokers with the Kafka client Spark's
+    connector brings (the job's connection options, ``kafka.``-prefixed ones without the prefix)."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    props = jvm.java.util.Properties()
+    for key, value in kafka_options(options).items():
+        if key.startswith("kafka."):
+            props.put(key.removeprefix("kafka."), value)
+    props.put("request.timeout.ms", "10000")
+    props.put("default.api.timeout.ms", "10000")
+    admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
+    try:
+        described = admin.describeTopics(jvm.java.util.ArrayList(topics)).allTopicNames().get()
+        wanted = jvm.java.util.HashMap()
+        latest = jvm.org.apache.kafka.clients.admin.OffsetSpec.latest()
+        for topic in topics:
+            for info in described.get(topic).partitions():
+                wanted.put(jvm.org.apache.kafka.common.TopicPartition(topic, info.partition()), latest)
+        found = admin.listOffsets(wanted).all().get()
+        return {(tp.topic(), tp.partition()): found.get(tp).offset() for tp in found.keySet()}
+    finally:
+        admin.close()
+
+
+_DATA_LOST = re.compile(r"Could not read records in offset \[(\d+), (\d+)\) for topic partition (\S+)-(\d+)")
+
+
+def data_loss_message(error: BaseException) -> str | None:
+    """Spark's Kafka data-loss failure (offsets deleted before the job read them, ``failOnDataLoss``) as
+    one line naming topic, partition and offsets, and the option that goes on; None for other errors."""
+    found = _DATA_LOST.search(str(error))
+    if found is None:
+        return None
+    first, end, topic, partition = found.groups()
+    return (
+        f"Kafka no longer has all of offsets {first} to {int(end) - 1} of topic {topic!r} partition "
+        f"{partition} (deleted by retention before this job read them): nothing was applied from them. "
+        "To go on without them, set source.kafka.fail_on_data_loss: false (`replicator status` shows the gap)"
+    )

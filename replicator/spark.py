@@ -118,7 +118,23 @@ def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> 
     if config:
         for key, value in config.spark.conf.items():
             builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:
+        packages = extras.get("spark.jars.packages")
+        if packages and active is None:  # no jars fetched, and Spark's resolver could not get them either
+            from replicator import jars
+            from replicator.errors import SourceFailed
+
+            raise SourceFailed(
+                f"Spark did not start: this job needs {packages}, which are not installed in "
+                f"{jars.home() / 'spark'} and which Spark's resolver (spark.jars.packages) could not fetch "
+                "(see the lines above): run `replicator jars` (make install does), or give spark-submit "
+                "--packages with a registry it reaches (docs/operations.md)"
+            ) from exc
+        raise
+    if submitted and active is None and extras.get("spark.jars"):
+        _driver_loads(spark, extras["spark.jars"].split(","))
     for key, value in REQUIRED.items():
         spark.conf.set(key, value)
     if not submitted:
@@ -154,6 +170,27 @@ def jar_settings(config: JobConfig | None) -> dict[str, str]:
     from replicator import jars
 
     return {**jars.spark_settings(), **(DELTA_SPARK if delta else {})}
+
+
+def _driver_loads(spark: SparkSession, jars: list[str]) -> None:
+    """Make ``jars`` loadable in a driver spark-submit started without them. Its JVM was up before this
+    session's ``spark.jars`` was set: Spark ships them to the executors, but the driver's own class loader
+    (spark-submit's, which the query threads inherit and Spark's data source lookup asks) does not get
+    them, and ``format("kafka")`` is not found. That loader takes URLs (Spark's MutableURLClassLoader,
+    what --jars fills); another one leaves the driver as it was, and the lookup's error names the fix."""
+    from replicator.logging import get_logger
+
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    try:
+        for jar in jars:
+            loader.addURL(jvm.java.io.File(jar).toURI().toURL())
+    except Exception as exc:
+        get_logger("replicator.spark").warning(
+            "the driver's class loader takes no jars: give spark-submit --jars or --packages",
+            loader=str(loader.getClass().getName()),
+            error=str(exc)[:200],
+        )
 
 
 def _unset(settings: dict[str, str]) -> dict[str, str]:

@@ -264,6 +264,11 @@ class State:
         row["finished_at"] = now()
         self.table("batches").append(pa.Table.from_pylist([row], BATCH_SCHEMA), self.txn(summary.batch_id))
 
+    def record_partitions(self, rows: pa.Table, batch_id: int) -> None:
+        """A Kafka batch's account per partition (sources.partitions_schema), once per batch."""
+        if rows.num_rows and not self.done("kafka_partitions", batch_id):
+            self.table("kafka_partitions").append(rows, self.txn(batch_id))
+
     # ---- change log -------------------------------------------------------------------------------------
     def commit_changelog(self, files: pa.Table, batch_id: int) -> None:
         """Commit the change-log files the decode tasks wrote (replicator.decode.ChangelogFiles) in one

@@ -69,3 +69,14 @@ def shared() -> Path:
     if not SHARED.exists():
         pytest.fail(f"the shared/ folder with seeds, vectors and schemas is expected at {SHARED}")
     return SHARED
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory):
+    """One Apache Kafka broker (KRaft, from the jars `replicator jars` fetched) on 127.0.0.1 for the run;
+    tests make their own topics (tests/kafka_helpers.py). Stopped by its process group at the end."""
+    from replicator.broker import kafka_broker
+    from tests.kafka_helpers import Kafka
+
+    with kafka_broker(tmp_path_factory.mktemp("kafka")) as broker:
+        yield Kafka(broker)

@@ -39,14 +39,19 @@ def _job(tmp: Path, name: str, landing: Path) -> Path:
     return path
 
 
-def _landing(tmp: Path) -> Path:
-    """Three files (three decode tasks), keys spread over them, updates and deletes across files."""
-    landing = tmp / "landing"
+def _messages() -> list[dict]:
+    """300 inserts, then updates and deletes of some of those keys."""
     messages = [canal("INSERT", [order(i, f"n{i}")], es=ES + i) for i in range(300)]
     messages += [
         canal("UPDATE", [order(i, "u")], old=[{"name": f"n{i}"}], es=ES + 1000 + i) for i in range(0, 300, 3)
     ]
-    messages += [canal("DELETE", [order(i, "u")], es=ES + 2000 + i) for i in range(0, 300, 7)]
+    return [*messages, *(canal("DELETE", [order(i, "u")], es=ES + 2000 + i) for i in range(0, 300, 7))]
+
+
+def _landing(tmp: Path) -> Path:
+    """Three files (three decode tasks), keys spread over them, updates and deletes across files."""
+    landing = tmp / "landing"
+    messages = _messages()
     for n, start in enumerate(range(0, len(messages), 150)):
         write_jsonl(landing / f"part-{n}.jsonl", messages[start : start + 150])
     return landing
@@ -103,3 +108,41 @@ def test_a_cluster_mirrors_what_a_local_run_mirrors(cluster, tmp_path):
     apps = sorted((Path(env["SPARK_WORKER_DIR"])).glob("app-*/*/stderr"))
     assert len(apps) >= 2, apps
     assert any("[replicator.worker_daemon]" in app.read_text() for app in apps), "no executor used the daemon"
+
+
+@pytest.mark.kafka
+def test_a_kafka_job_submitted_with_no_jar_flags_mirrors_what_a_local_run_mirrors(cluster, kafka, tmp_path):
+    """``spark-submit jobs/mirror.py`` with no --jars nor --packages, locally and on the standalone cluster:
+    the session finds Spark's Kafka connector that `replicator jars` installed (replicator.spark sets
+    spark.jars), its executors read the topic's partitions, and the mirror equals the embedded run's."""
+    import json
+    import zlib
+
+    url, env = cluster
+    topic = kafka.topic("cluster", 3)
+    messages = [json.dumps(m).encode() for m in _messages()]
+    # canal's partitionHash by primary key (shop.orders:id): a key's changes stay in one partition, in order
+    kafka.produce(
+        topic, [(None, m, zlib.crc32(str(json.loads(m)["data"][0]["id"]).encode()) % 3) for m in messages]
+    )
+
+    def job(name: str) -> Path:
+        path = _job(tmp_path, name, tmp_path)
+        data = yaml.safe_load(path.read_text())
+        data["source"] = {
+            "type": "kafka",
+            "dialect": "canal-json",
+            "kafka": {"bootstrap_servers": kafka.servers, "topics": [topic]},
+        }
+        path.write_text(yaml.safe_dump(data))
+        return path
+
+    env = {k: v for k, v in env.items() if k != "REPLICATOR_SPARK_JARS"}  # as a user's shell has it
+    _mirror_command(job("local"), {**env, "REPLICATOR_SPARK_MASTER": "local[2]"})
+    expected = _mirror(tmp_path, "local")
+    assert len(expected) == 300 - len(range(0, 300, 7))
+    submit = str(spark_home() / "bin" / "spark-submit")
+    for name, master in (("submitted-local", "local[2]"), ("submitted-cluster", url)):
+        command = [submit, "--master", master, "--conf", "spark.executor.memory=1g"]
+        _run([*command, str(REPO / "jobs" / "mirror.py"), "--config", str(job(name)), "--available-now"], env)
+        assert _mirror(tmp_path, name) == expected, name

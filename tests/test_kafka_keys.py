@@ -60,6 +60,7 @@ def test_debezium_rows_take_their_key_from_the_kafka_record_key(spark, tmp_path)
     summary = runner.engine.process(frame, 0)
     assert runner.dead_letters() == []
     assert summary.dead_letters == 0
+    assert (summary.records_in, summary.filtered) == (7, 1)  # the tombstone: read, filtered, counted
     assert [(r["id"], r["name"]) for r in runner.mirror()] == [("1", "a2")]  # untyped (no schema): text
     stock = [(r["sku"], r["n"], r["qty"]) for r in runner.mirror(table="stock")]
     assert stock == [("x", "1", "5"), ("x", "2", "10")]

@@ -71,24 +71,6 @@ def test_add_columns_append_and_delete(writer):
     assert content(writer) == []
 
 
-def test_kafka_source_needs_the_connector(spark, tmp_path):
-    """The kafka source is built from the job file; reading needs spark-sql-kafka on the classpath."""
-    from replicator.config import parse_config
-    from replicator.sources import build_stream
-
-    config = parse_config(
-        {
-            "name": "k",
-            "source": {"type": "kafka", "kafka": {"bootstrap_servers": "127.0.0.1:9", "topics": ["t"]}},
-            "target": {"path": "l"},
-            "state": {"path": "s"},
-        },
-        "t",
-        tmp_path,
-    )
-    assert build_stream(spark, config).isStreaming
-
-
 def test_merge_with_the_batch_key_range(writer):
     """The key-range predicate (sinks.base.key_range) leaves rows outside the batch's keys as they are, and
     text keys with quotes are literals, not SQL. delta-rs reports the data files it skipped (2 of 3); the

@@ -511,8 +511,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        from replicator.errors import RecordFailed
+        from replicator.errors import RecordFailed, SourceFailed
 
+        if isinstance(exc, SourceFailed):
+            log.error("stopped: the source cannot be read", error=str(exc))
+            print(f"replicator: {exc}", file=sys.stderr)
+            return 4
         if isinstance(exc, RecordFailed):
             log.error("stopped on a bad record", error=str(exc))
             print(f"replicator: {exc}", file=sys.stderr)

@@ -78,7 +78,8 @@ class MirrorJob:
 
     def _run(self, available_now: bool, progress_stream: IO[str] | None) -> int:
         from replicator.commands.progress import catch_up, poll
-        from replicator.sources import build_stream
+        from replicator.errors import SourceFailed
+        from replicator.sources import build_stream, data_loss_message
 
         warming = threading.Thread(target=warm_workers, args=(self.spark, self.config), daemon=True)
         warming.start()  # the Python workers start while the query does
@@ -130,7 +131,11 @@ class MirrorJob:
                 self.progress.update(poll(query))
             exc = query.exception()
             if exc is not None and not self._stop.is_set():
-                raise self.error if self.error is not None else exc
+                error = self.error if self.error is not None else exc
+                lost = data_loss_message(error) if self.config.source.type == "kafka" else None
+                if lost is not None:
+                    raise SourceFailed(lost) from error
+                raise error
             drained = True
             self.engine.drain()  # the last batch, applied behind: its error is this run's
         finally:

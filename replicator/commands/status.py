@@ -74,6 +74,7 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
         "discarded_dead_letters": discarded_total,
         "batches": batches,
         "pending": pending,
+        "kafka": kafka_partitions(state),
     }
 
 
@@ -97,6 +98,35 @@ def human_duration(seconds: float | None) -> str:
         if len(parts) == 2 or (parts and not left):
             break
     return " ".join(parts)
+
+
+def kafka_partitions(state: State) -> list[dict[str, Any]]:
+    """Per Kafka topic partition, from the batches' accounts (sources.partitions_schema): the next offset
+    to read, the last one read, the broker's newest offset when the last batch ran and the lag then, and
+    every range of offsets lost (deleted by Kafka before the job read them; fail_on_data_loss: false)."""
+    log = state.table("kafka_partitions")
+    if not log.exists():
+        return []
+    partitions: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in sorted(log.read().to_pylist(), key=lambda r: r["batch_id"]):
+        p = partitions.setdefault(
+            (r["topic"], r["partition"]),
+            {
+                "topic": r["topic"],
+                "partition": r["partition"],
+                "last_read": None,
+                "lost": [],
+                "lost_offsets": 0,
+            },
+        )
+        p.update(next_offset=r["end"], latest=r["latest"], batch_id=r["batch_id"])
+        p["lag"] = r["latest"] - r["end"] if r["latest"] is not None else None
+        if r["last_read"] is not None:
+            p["last_read"] = max(p["last_read"] or -1, r["last_read"])
+        if r["lost_from"] is not None:
+            p["lost"].append([r["lost_from"], r["lost_to"]])
+            p["lost_offsets"] += r["lost_to"] - r["lost_from"]
+    return [partitions[k] for k in sorted(partitions)]
 
 
 def print_status(config: JobConfig, as_json: bool = False, last_batches: int = 10) -> int:
@@ -125,6 +155,16 @@ def print_status(config: JobConfig, as_json: bool = False, last_batches: int = 1
             f"{t['dead_letters']:>6,} {lag:>12}  {t['last_position'] or '-'} @ {t['last_event_time'] or '-'}"
         )
     print("lag: now minus the newest applied source event time (it grows while nothing new arrives)")
+    if status["kafka"]:
+        print(
+            f"{'kafka topic':32} {'partition':>9} {'next offset':>12} {'last read':>10} {'lag':>8}  "
+            "lost offsets"
+        )
+        for p in status["kafka"]:
+            lag = p["lag"] if p["lag"] is not None else "-"
+            last = p["last_read"] if p["last_read"] is not None else "-"
+            lost = ", ".join(f"{a}-{b - 1}" for a, b in p["lost"]) or "none"
+            print(f"{p['topic']:32} {p['partition']:>9} {p['next_offset']:>12} {last:>10} {lag:>8}  {lost}")
     print("recent batches:")
     for b in status["batches"]:
         # The accounting rule (docs/operations.md): decoded items = applied + filtered + dead letters.
