@@ -10,3 +10,12 @@ class RecordFailed(RuntimeError):
 class SchemaChangeFailed(RecordFailed):
     """``schema_evolution: fail`` met a DDL that changes a mirror; the message names statement, table and
     position."""
+
+
+class JobRunning(RuntimeError):
+    """Another process holds the job's lock (replicator.commands.joblock); the message names it."""
+
+
+class StateDamaged(RuntimeError):
+    """A file of the job's state or of a mirror cannot be used as it is (truncated, deleted): the message
+    names the file and how to recover (docs/operations.md, "Recovering from damaged state")."""
