@@ -9,6 +9,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 # Pydantic looks for its plugins (observability hooks) when the first model class is built, by scanning
 # every installed distribution's entry points, spark-submit's zips included: ~40 ms of each driver's start.
@@ -20,6 +21,9 @@ from replicator.config import ConfigError, JobConfig, load_config
 from replicator.errors import JobRunning, StateDamaged
 from replicator.logging import configure, get_logger
 from replicator.model import table_label
+
+if TYPE_CHECKING:
+    from replicator.commands.joblock import JobLock
 
 
 def _mirror(args: argparse.Namespace) -> int:
@@ -90,15 +94,20 @@ def _jvm_output_aside(config):  # type: ignore[no-untyped-def]
         os.close(saved)
 
 
-_HELD: list[object] = []  # the job's lock, held until the process ends
+_HELD: list[JobLock] = []  # the job's lock, held until the command ends
 
 
 def _hold_lock(config: JobConfig, command: str) -> None:
-    """Take the job's lock (replicator.commands.joblock) for the rest of the process: a second writer of
-    the same job is refused with exit code 2, before it starts Spark or touches anything."""
+    """Take the job's lock (replicator.commands.joblock) until the command ends (:func:`main`): a second
+    writer of the same job is refused with exit code 2, before it starts Spark or touches anything."""
     from replicator.commands.joblock import JobLock
 
     _HELD.append(JobLock(config, command).acquire())
+
+
+def _release_locks() -> None:
+    while _HELD:
+        _HELD.pop().release()
 
 
 def _preload() -> None:
@@ -562,6 +571,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"replicator: {exc}", file=sys.stderr)
             return 3
         raise
+    finally:
+        _release_locks()  # the command is over (a process that runs main again takes the lock again)
 
 
 if __name__ == "__main__":
