@@ -64,6 +64,10 @@ class SourceConfig(_Model):
     dialect: str = "auto"
     timezone: str = "UTC"
     max_files_per_trigger: int | None = Field(default=None, ge=1)
+    follow_symlinks: bool = Field(
+        default=False,
+        description="read files reached through symbolic links under path (docs/configuration.md)",
+    )
     zero_dates: Literal["null", "dead_letter"] = "null"
     avro_schema: Path | None = None
     kafka: KafkaOptions | None = None
@@ -316,6 +320,18 @@ class JobConfig(_Model):
             return self.schema_evolution.policy_for(name)
         return self.schema_evolution
 
+    def require_source(self) -> None:
+        """A files source's folder must exist when the job starts: a folder that is not there is nearly
+        always a typo, and Spark would report it with a traceback (or, continuous, wait on it forever)."""
+        path = self.source.path
+        if self.source.type != "files" or path is None:
+            return
+        where = f"{self.config_file}: " if self.config_file else ""
+        if not path.exists():
+            raise ConfigError(f"{where}source.path: the landing folder {path} does not exist")
+        if not path.is_dir():
+            raise ConfigError(f"{where}source.path: {path} is not a folder")
+
     def resolved(self, base: Path) -> JobConfig:
         """Resolve relative paths against ``base`` (the job file's folder)."""
 
@@ -382,7 +398,36 @@ def parse_config(data: Any, source: str = "<config>", base: Path | None = None) 
                 continue
             lines.append(f"  {_key_path(err['loc'])}: {err['msg']} (got {err.get('input')!r})")
         raise ConfigError("\n".join(lines)) from None
-    return config.resolved(base or Path.cwd())
+    config = config.resolved(base or Path.cwd())
+    _check_folders(config, source)
+    return config
+
+
+def _check_folders(config: JobConfig, source: str) -> None:
+    """target.path, state.path and a files source's path must be three separate folders, none inside
+    another: a job whose mirrors live in its state (or its landing folder) would read, vacuum or
+    overwrite its own files. Compared after symbolic links are resolved."""
+    import os
+
+    folders = [("target.path", config.target.path), ("state.path", config.state.path)]
+    if config.source.type == "files" and config.source.path is not None:
+        folders.append(("source.path", config.source.path))
+    real = [(key, Path(os.path.realpath(path))) for key, path in folders]
+    for i, (key, path) in enumerate(real):
+        for other, other_path in real[i + 1 :]:
+            if path == other_path:
+                raise ConfigError(
+                    f"{source}: {key} and {other} are the same folder ({path}); use separate ones"
+                )
+            for inner, inner_key, outer, outer_key in (
+                (path, key, other_path, other),
+                (other_path, other, path, key),
+            ):
+                if outer in inner.parents:
+                    raise ConfigError(
+                        f"{source}: {inner_key} ({inner}) is inside {outer_key} ({outer}); "
+                        "use folders that do not contain each other"
+                    )
 
 
 def load_config(path: str | Path) -> JobConfig:

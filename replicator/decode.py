@@ -64,6 +64,9 @@ class DecodePlan:
     changelog: str | None = None  # the change-log table's folder, when this batch writes it
     buckets: int = 1  # the fold's buckets (exchange.split): FoldPlan.buckets
     slice_rows: int = SLICE_ROWS
+    # The files source's landing folder, whose files reached through symbolic links are not read (None:
+    # source.follow_symlinks, or no landing folder: a bootstrap's files, records made on the driver).
+    landing: str | None = None
     wanted: frozenset[tuple[Any, ...]] = field(
         default_factory=frozenset
     )  # raw lookups: (source, partition, offset)
@@ -77,18 +80,22 @@ def _slices(table: pa.Table, size: int) -> Iterator[pa.Table]:
         yield table.slice(start, size)
 
 
-def _files(batch: pa.RecordBatch, size: int) -> Iterator[pa.Table]:
-    """Listing rows (path, mtime) -> each file's raw records (replicator.sources.file_chunk)."""
-    from replicator.sources import file_chunk, map_file
+def _files(batch: pa.RecordBatch, plan: DecodePlan) -> Iterator[pa.Table]:
+    """Listing rows (path, mtime) -> each file's raw records (replicator.sources.file_chunk). A file the
+    listing reached through a symbolic link under the landing folder is not opened (unless
+    source.follow_symlinks): the driver's scan of the folder reports it (sources.scan_landing)."""
+    from replicator.sources import file_chunk, linked, map_file
 
     for path, mtime in zip(batch.column("path").to_pylist(), batch.column("mtime").to_pylist(), strict=True):
+        if plan.landing is not None and linked(path, plan.landing):
+            continue
         content = map_file(path)
         if content is None:
             raise OSError(f"cannot read {path}: no pyarrow file system opens it on this executor")
-        yield from _slices(file_chunk(path, mtime, content), size)
+        yield from _slices(file_chunk(path, mtime, content), plan.slice_rows)
 
 
-def _kafka(batch: pa.RecordBatch, size: int) -> Iterator[pa.Table]:
+def _kafka(batch: pa.RecordBatch, plan: DecodePlan) -> Iterator[pa.Table]:
     """Kafka rows (value, key, topic, partition, offset) -> raw records; null values (tombstones after
     Debezium deletes) are not records (decode_partition counts them as filtered)."""
     import pyarrow as pa
@@ -106,17 +113,17 @@ def _kafka(batch: pa.RecordBatch, size: int) -> Iterator[pa.Table]:
         else pa.nulls(table.num_rows, f.type)
         for f in schema
     ]
-    yield from _slices(pa.table(columns, schema=schema), size)
+    yield from _slices(pa.table(columns, schema=schema), plan.slice_rows)
 
 
-def _payloads(batch: pa.RecordBatch, size: int) -> Iterator[pa.Table]:
+def _payloads(batch: pa.RecordBatch, plan: DecodePlan) -> Iterator[pa.Table]:
     """Payload rows made on the driver (replicator.payload): records, or already decoded events."""
     for table in payload.tables([batch]):
         if table.num_rows:
-            yield from _slices(table, size)
+            yield from _slices(table, plan.slice_rows)
 
 
-READERS: dict[str, Callable[[pa.RecordBatch, int], Iterator[pa.Table]]] = {
+READERS: dict[str, Callable[[pa.RecordBatch, DecodePlan], Iterator[pa.Table]]] = {
     "files": _files,
     "kafka": _kafka,
     "records": _payloads,
@@ -380,7 +387,7 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
                 read.append(kafka_coordinates(batch))
                 if batch.column("value").null_count:
                     groups.append(tombstone_counts(batch.column("value").null_count))
-            for records in READERS[plan.source](batch, plan.slice_rows):
+            for records in READERS[plan.source](batch, plan):
                 events = decoded_events(plan, records)
                 if events.num_rows == 0:
                     continue
@@ -449,7 +456,7 @@ def raw_lookup(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
 
     offsets = pa.array(sorted({o for _s, _p, o in plan.wanted}), pa.int64())
     for batch in batches:
-        for records in READERS[plan.source](batch, plan.slice_rows):
+        for records in READERS[plan.source](batch, plan):
             near = records.filter(pc.is_in(records["offset"], value_set=offsets))
             if near.num_rows == 0:
                 continue

@@ -207,6 +207,7 @@ class Engine:
             changelog=str(self.state.root / "changelog") if write_changelog else None,
             spill=spill,
             buckets=_buckets(inputs.sparkSession),
+            landing=_landing(self.config),
         )
         try:
             batch = DecodedBatch(inputs, plan)  # the previous batch may still be applied meanwhile
@@ -749,6 +750,14 @@ def _clear_stale(folder: Path, hours: float = 24) -> None:
                 shutil.rmtree(child, ignore_errors=True)
         except OSError:
             pass
+
+
+def _landing(config: JobConfig) -> str | None:
+    """The landing folder whose linked files the decode tasks skip (DecodePlan.landing)."""
+    source = config.source
+    if source.type != "files" or source.path is None or source.follow_symlinks:
+        return None
+    return str(source.path)
 
 
 def _buckets(spark: SparkSession) -> int:

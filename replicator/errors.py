@@ -15,3 +15,12 @@ class SchemaChangeFailed(RecordFailed):
 class SourceFailed(RuntimeError):
     """The source cannot be read as the job file asks (Kafka offsets deleted before the job read them, the
     Kafka connector's jars not found): one line that says what and how to go on."""
+
+
+class JobRunning(RuntimeError):
+    """Another process holds the job's lock (replicator.commands.joblock); the message names it."""
+
+
+class StateDamaged(RuntimeError):
+    """A file of the job's state or of a mirror cannot be used as it is (truncated, deleted): the message
+    names the file and how to recover (docs/operations.md, "Recovering from damaged state")."""

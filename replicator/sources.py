@@ -19,6 +19,7 @@ import binascii
 import mmap
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
@@ -35,9 +36,16 @@ if TYPE_CHECKING:
 
 # *.jsonl (or *.ndjson): one message per line; *.json: one document (a message or an array of messages);
 # *.avro: one Avro object container file (a record of its own); *.b64: one base64 Avro datum per line
-# (a dump of Kafka values). See docs/configuration.md.
-FILE_GLOB = "*.{json,jsonl,ndjson,avro,b64}"
+# (a dump of Kafka values). Any letter case (X.JSONL): Hadoop's glob is case-sensitive, hence the classes.
+# See docs/configuration.md.
 FILE_SUFFIXES = (".json", ".jsonl", ".ndjson", ".avro", ".b64")
+
+
+def _any_case(suffix: str) -> str:
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in suffix)
+
+
+FILE_GLOB = "*.{" + ",".join(_any_case(s[1:]) for s in FILE_SUFFIXES) + "}"
 # A batch of many small files packs several into one decode task.
 MAX_FILE_TASKS = 64
 
@@ -82,13 +90,14 @@ def split_file(path: str, content: bytes | mmap.mmap) -> tuple[pa.Array, Sequenc
     """
     import pyarrow as pa
 
-    b64 = path.endswith(".b64")
-    plain = None if b64 or path.endswith((".json", ".avro")) else _split_plain(content)
+    kind = path.rsplit(".", 1)[-1].lower()  # X.JSONL is a .jsonl file
+    b64 = kind == "b64"
+    plain = None if b64 or kind in ("json", "avro") else _split_plain(content)
     if plain is not None:
         return plain
     content = content if type(content) is bytes else bytes(content)
-    if path.endswith((".json", ".avro")):
-        if path.endswith(".json") and not content.strip():
+    if kind in ("json", "avro"):
+        if kind == "json" and not content.strip():
             return pa.array([], pa.binary()), []
         return pa.array([content], pa.binary()), [1]
     lines: list[bytes] = []
@@ -201,6 +210,27 @@ def map_file(uri: str) -> bytes | mmap.mmap | None:
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
+def linked(uri: str, root: str) -> bool:
+    """Whether a file the stream listed under the landing folder ``root`` is reached through a symbolic
+    link (the file, or a folder between it and ``root``): Spark's file source follows links, and a link
+    may point anywhere (``x.jsonl -> /etc/passwd``). Paths outside ``root`` (a bootstrap's snapshot) and
+    remote ones are not checked."""
+    local = _local_path(uri)
+    if local is None:
+        return False
+    path, top = os.path.normpath(local), os.path.normpath(root)
+    if not path.startswith(top + os.sep):
+        real = os.path.realpath(top)  # Spark may name the files under the folder's real path
+        if not path.startswith(real + os.sep):
+            return False
+        top = real
+    while path != top:
+        if os.path.islink(path):
+            return True
+        path = os.path.dirname(path)
+    return False
+
+
 def file_chunk(path: str, mtime: int, content: bytes | mmap.mmap) -> pa.Table:
     """One file's raw records; partition = the file's modification time (ms), offset = line number."""
     import numpy as np
@@ -275,10 +305,68 @@ def read_path(path: str) -> pa.Table:
 
 
 def message_files(root: Path) -> list[Path]:
-    """A file, or a folder's message files (recursively, FILE_SUFFIXES) in path order."""
+    """A file, or a folder's message files (recursively, FILE_SUFFIXES in any case) in path order."""
     if root.is_file():
         return [root]
-    return sorted(p for p in root.rglob("*") if p.suffix in FILE_SUFFIXES and p.is_file())
+    return sorted(p for p in root.rglob("*") if p.suffix.lower() in FILE_SUFFIXES and p.is_file())
+
+
+def hidden(name: str) -> bool:
+    """A name Spark's file index leaves out (InMemoryFileIndex.shouldFilterOutPathName): ``_x`` (not a
+    ``_k=v`` partition folder), ``.x`` and ``x._COPYING_`` -- the conventions for files being written."""
+    return (name.startswith("_") and "=" not in name) or name.startswith(".") or name.endswith("._COPYING_")
+
+
+@dataclass
+class Landing:
+    """A landing folder's files as the stream reads them, and the entries it skips, by reason:
+    ``links`` (symbolic links, unless source.follow_symlinks), ``hidden`` (:func:`hidden`), ``other``
+    (not a message file: another suffix, not a regular file)."""
+
+    files: list[Path] = field(default_factory=list)
+    skipped: dict[str, list[str]] = field(default_factory=lambda: {"links": [], "hidden": [], "other": []})
+
+    def counts(self) -> dict[str, int]:
+        return {reason: len(names) for reason, names in self.skipped.items()}
+
+    def report(self, examples: int = 5) -> dict[str, object]:
+        """Counts and a few names (relative to the landing folder) per reason: the log line and status."""
+        return {
+            "skipped": sum(self.counts().values()),
+            **{reason: len(names) for reason, names in self.skipped.items()},
+            "examples": {r: sorted(n)[:examples] for r, n in self.skipped.items() if n},
+        }
+
+
+def scan_landing(root: Path, follow_symlinks: bool = False) -> Landing:
+    """Walk a landing folder as the stream reads it (:class:`Landing`); a hidden or linked folder counts
+    as one skipped entry, its contents are not walked."""
+    found = Landing()
+    if not root.is_dir():
+        return found
+    for folder, dirs, names in os.walk(root, followlinks=follow_symlinks):
+        base = Path(folder)
+        for name in list(dirs):
+            path = base / name
+            reason = (
+                "hidden" if hidden(name) else "links" if path.is_symlink() and not follow_symlinks else None
+            )
+            if reason:
+                dirs.remove(name)
+                found.skipped[reason].append(str(path.relative_to(root)) + "/")
+        for name in names:
+            path = base / name
+            relative = str(path.relative_to(root))
+            if hidden(name):
+                found.skipped["hidden"].append(relative)
+            elif path.is_symlink() and not follow_symlinks:
+                found.skipped["links"].append(relative)
+            elif path.suffix.lower() not in FILE_SUFFIXES or not path.is_file():
+                found.skipped["other"].append(relative)
+            else:
+                found.files.append(path)
+    found.files.sort()
+    return found
 
 
 def file_list(files: list[Path]) -> list[tuple[str, int]]:

@@ -90,6 +90,10 @@ TABLE_SCHEMA = pa.schema(
         ("snapshot_rows", pa.int64()),
         ("updated_at", pa.timestamp("us", tz="UTC")),
         ("seq_system", pa.string()),
+        # The newest batch whose app transaction (last_app, last_batch) the mirror's log holds, as recorded
+        # after its apply: a mirror whose log holds an older one lost commits (commands.preflight).
+        ("last_batch", pa.int64()),
+        ("last_app", pa.string()),
     ]
 )
 
@@ -117,6 +121,8 @@ class TableState:
     # known yet): a barrier of another system gets its truncate point in this one
     # (fold.arrow.delivered_after).
     seq_system: str | None = None
+    last_batch: int | None = None
+    last_app: str | None = None
 
     @property
     def id(self) -> TableId:
@@ -244,6 +250,27 @@ class State:
 
     def clear_pending(self, batch_id: int) -> None:
         (self.pending_folder / f"{batch_id:020d}.json").unlink(missing_ok=True)
+
+    # ---- files the landing folder holds and the stream does not read (sources.scan_landing) ---------------
+    @property
+    def skipped_file(self) -> Path:
+        return self.root / "skipped_files.json"
+
+    def save_skipped(self, report: dict[str, Any]) -> None:
+        """The newest scan's skipped files (counts and a few names), written whole, for ``status``."""
+        import os
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        temporary = self.root / f".{self.skipped_file.name}.tmp"
+        temporary.write_text(json.dumps({**report, "scanned_at": now().isoformat()}), encoding="utf-8")
+        os.replace(temporary, self.skipped_file)
+
+    def skipped(self) -> dict[str, Any] | None:
+        try:
+            value = json.loads(self.skipped_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
 
     # ---- dead letters and batches ------------------------------------------------------------------------
     def write_dead_letters(self, rows: pa.Table, batch_id: int, stage: str) -> None:

@@ -356,18 +356,19 @@ def test_the_mirror_command_runs_its_job_with_the_collector_on_and_its_start_fro
 
     seen = {}
 
-    def run(self, available_now=False, progress_stream=None):
-        seen.update(enabled=gc.isenabled(), frozen=gc.get_freeze_count(), now=available_now)
+    def run(self, available_now=False, progress_stream=None, checked=False):
+        seen.update(enabled=gc.isenabled(), frozen=gc.get_freeze_count(), now=available_now, checked=checked)
         return 0
 
     gc.unfreeze()
     monkeypatch.setattr(replicator.spark, "get_spark", lambda config: spark)
     monkeypatch.setattr(runner.MirrorJob, "run", run)
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "landing").mkdir()
     assert main(["mirror", "--config", str(job_file(tmp_path)), "--available-now"]) == 0
     # The modules, classes and functions of the start (pyspark's, pyarrow's, the engine's: far more
     # than 10,000 objects) are out of every later collection, and the collector is on for the batches.
-    assert seen["enabled"] and seen["now"]
+    assert seen["enabled"] and seen["now"] and seen["checked"]  # the state was checked before Spark
     assert seen["frozen"] > 10_000
 
 
@@ -382,6 +383,7 @@ def test_a_mirror_command_whose_start_fails_leaves_the_collector_on(tmp_path, mo
 
     monkeypatch.setattr(replicator.spark, "get_spark", fails)
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "landing").mkdir()
     with pytest.raises(RuntimeError, match="no JVM here"):
         main(["mirror", "--config", str(job_file(tmp_path))])
     assert gc.isenabled()

@@ -111,6 +111,18 @@ class TableResult:
 BarrierHandler = Callable[["TableApplier", dict[str, Any]], None]
 
 
+def behind_message(table: str, mirror: str, done: int | None, expected: int, app: str) -> str:
+    """The stop of a mirror whose Delta log lost commits (TableApplier.check_behind, commands.preflight)."""
+    held = f"batch {done}" if done is not None else "no batch"
+    return (
+        f"mirror {table} ({mirror}) is behind: its Delta log holds {held} of {app}, the registry recorded "
+        f"batch {expected} as applied to it (its newest log entries are missing); nothing was written. "
+        f"Restore the missing {mirror}/_delta_log files, or rebuild it from the change log: "
+        f"`replicator repair --config <job file> --tables {table}` (docs/operations.md, Recovering from "
+        "damaged state)"
+    )
+
+
 def images(rows: pa.Table) -> pa.ChunkedArray:
     """Folded rows' text images: the whole images, or for rows the fold tasks typed the entries of the
     columns their mirror did not have (replicator.fold.typed)."""
@@ -426,6 +438,7 @@ class TableApplier:
         txn = self.state.txn(self.batch_id)
         if self.mirror.exists():
             done = self.mirror.applied_version(txn.app_id)
+            self.check_behind(done, txn)
             if done is not None and done >= self.batch_id:
                 # Already applied (a replayed batch). Its dead rows are recomputed, not written twice:
                 # the dead-letter append carries its own transaction.
@@ -442,6 +455,7 @@ class TableApplier:
                         self._advance(typed)
                 if self.work.files is not None:  # (this try's files are orphans: never committed)
                     self._advance_files(self.work.files)
+                self._applied(txn)
                 self.result.state = self.table_state
                 return self.result
         # The applier owns the rows from here: their images are freed once typed, before the MERGE (its
@@ -469,10 +483,33 @@ class TableApplier:
                 committed = self.commit_rows(typed, txn if last_segment else None) or committed
             if not last_segment:
                 self.apply_barrier(self.in_rows_system(barriers[segment]))
-        if not committed and self.mirror.exists():
-            self.mirror.mark(txn)
+        if self.mirror.exists():
+            if not committed:
+                self.mirror.mark(txn)
+            self._applied(txn)
         self.result.state = self.table_state
         return self.result
+
+    def _applied(self, txn: Txn) -> None:
+        """Record in the table's state that its mirror holds this batch (TableState.last_batch)."""
+        self.table_state = replace(self.table_state, last_batch=txn.version, last_app=txn.app_id)
+
+    def check_behind(self, done: int | None, txn: Txn) -> None:
+        """Stop when the mirror's log holds an older batch of this job than the registry recorded as applied
+        to it: its newest commits were lost (a log file deleted by hand, a restore of an old copy), and
+        going on would leave their changes out for good."""
+        expected = self.table_state.last_batch
+        if (
+            expected is None
+            or self.table_state.last_app != txn.app_id
+            or (done is not None and done >= expected)
+        ):
+            return
+        from replicator.errors import StateDamaged
+
+        raise StateDamaged(
+            behind_message(table_label(self.work.table), self.mirror.path, done, expected, txn.app_id)
+        )
 
     def commit_files(self, rows: pa.Table, txn: Txn) -> TableResult:
         """A table created for this batch (no barrier in it): the fold tasks wrote its upserts as files
@@ -501,6 +538,7 @@ class TableApplier:
         if typed is not None:
             self.update_tombstones(typed)
             self._advance(typed)
+        self._applied(txn)
         self.result.state = self.table_state
         return self.result
 

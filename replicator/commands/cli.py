@@ -1,5 +1,5 @@
-"""The ``replicator`` command: mirror, bootstrap, replay, optimize, decode, status, dead-letters, show,
-jvm-archive."""
+"""The ``replicator`` command: mirror, bootstrap, replay, repair, optimize, decode, status, dead-letters,
+show, jvm-archive."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 # Pydantic looks for its plugins (observability hooks) when the first model class is built, by scanning
 # every installed distribution's entry points, spark-submit's zips included: ~40 ms of each driver's start.
@@ -16,9 +17,13 @@ from collections.abc import Sequence
 # config models below; an explicit setting wins.
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
-from replicator.config import ConfigError, load_config
+from replicator.config import ConfigError, JobConfig, load_config
+from replicator.errors import JobRunning, StateDamaged
 from replicator.logging import configure, get_logger
 from replicator.model import table_label
+
+if TYPE_CHECKING:
+    from replicator.commands.joblock import JobLock
 
 
 def _mirror(args: argparse.Namespace) -> int:
@@ -28,6 +33,11 @@ def _mirror(args: argparse.Namespace) -> int:
     from replicator.spark import get_spark
 
     config = load_config(args.config)  # fails before Spark starts
+    config.require_source()
+    _hold_lock(config, "mirror")
+    from replicator.commands.preflight import check_state
+
+    check_state(config)  # a damaged state file or a mirror that lost commits: named before Spark starts
     # The start's objects (modules, classes, functions: pyspark, pandas, pyarrow, the engine's) live as
     # long as the driver. Collecting while they are made only walks them again (~40 ms), and so would
     # every full collection of a job that runs for days and the interpreter's exit (~0.15 s): they are
@@ -48,7 +58,7 @@ def _mirror(args: argparse.Namespace) -> int:
     finally:
         gc.freeze()
         gc.enable()
-    code = job.run(available_now=args.available_now)
+    code = job.run(available_now=args.available_now, checked=True)
     if not args.available_now:
         return code
     from replicator.commands.outcome import DEAD_TABLES_EXIT, summarize
@@ -82,6 +92,22 @@ def _jvm_output_aside(config):  # type: ignore[no-untyped-def]
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+
+
+_HELD: list[JobLock] = []  # the job's lock, held until the command ends
+
+
+def _hold_lock(config: JobConfig, command: str) -> None:
+    """Take the job's lock (replicator.commands.joblock) until the command ends (:func:`main`): a second
+    writer of the same job is refused with exit code 2, before it starts Spark or touches anything."""
+    from replicator.commands.joblock import JobLock
+
+    _HELD.append(JobLock(config, command).acquire())
+
+
+def _release_locks() -> None:
+    while _HELD:
+        _HELD.pop().release()
 
 
 def _preload() -> None:
@@ -170,6 +196,7 @@ def _bootstrap(args: argparse.Namespace) -> int:
     from replicator.commands.bootstrap import bootstrap
 
     config = load_config(args.config)
+    _hold_lock(config, "bootstrap")
     states = bootstrap(
         config, args.snapshot, args.position, restart=args.restart, progress=not args.no_progress
     )
@@ -201,6 +228,16 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _repair(args: argparse.Namespace) -> int:
+    from replicator.commands.repair import repair
+
+    config = load_config(args.config)
+    _hold_lock(config, "repair")
+    for done in repair(config, args.tables):
+        print(f"{done.table}: rebuilt from the change log, {done.rows} rows, as of batch {done.batch}")
+    return 0
+
+
 def _exit_now(code: int) -> int:
     """Leave without the interpreter's teardown: the native reader threads of delta-rs/Arrow can abort
     the process at exit ("terminate called without an active exception") after the work is done.
@@ -213,7 +250,9 @@ def _exit_now(code: int) -> int:
 def _optimize(args: argparse.Namespace) -> int:
     from replicator.commands.maintenance import optimize
 
-    for done in optimize(load_config(args.config), args.tables, args.vacuum_hours, args.target_file_size):
+    config = load_config(args.config)
+    _hold_lock(config, "optimize")
+    for done in optimize(config, args.tables, args.vacuum_hours, args.target_file_size):
         print(
             f"{done.table}: {done.files_removed} files rewritten as {done.files_added}, "
             f"{done.vacuumed} unreferenced files removed"
@@ -241,6 +280,7 @@ def _dead_letters(args: argparse.Namespace) -> int:
         raise ConfigError("dead-letters: --config is required")
     config = load_config(args.config)
     if args.action == "retry":
+        _hold_lock(config, "dead-letters retry")
         return _exit_now(print_retry(config, table=args.table, error=args.error, batch=args.batch))
     if args.action == "discard":
         from replicator.commands.deadletters import print_discard
@@ -393,6 +433,16 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--tables", default=None, help="glob on database.table (default: every table)")
     rep.set_defaults(func=_replay)
 
+    fix = _command(
+        sub,
+        "repair",
+        "rebuild mirrors that lost Delta commits (a mirror behind) from the change log",
+        "replicator repair --config conf/shop.yaml --tables shop.orders",
+    )
+    fix.add_argument("--config", required=True, help=config_help)
+    fix.add_argument("--tables", required=True, help="glob on database.table: the mirrors to rebuild")
+    fix.set_defaults(func=_repair)
+
     opt = _command(
         sub,
         "optimize",
@@ -508,6 +558,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"replicator: {exc}", file=sys.stderr)
         return 2
+    except (JobRunning, StateDamaged) as exc:  # refused to start, or stopped before it went on wrong
+        print(f"replicator: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
@@ -522,6 +575,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"replicator: {exc}", file=sys.stderr)
             return 3
         raise
+    finally:
+        _release_locks()  # the command is over (a process that runs main again takes the lock again)
 
 
 if __name__ == "__main__":

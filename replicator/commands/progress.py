@@ -48,26 +48,24 @@ def checkpoint_files(checkpoint: str | Path) -> set[str]:
     return seen
 
 
-def listed_files(root: str | Path) -> list[Path]:
-    """Message files as the stream lists them: sources.FILE_SUFFIXES, recursively, without the hidden
-    (``.``) and metadata (``_``) files and folders Spark's file index skips."""
-    from replicator.sources import message_files
+def listed_files(root: str | Path, follow_symlinks: bool = False) -> list[Path]:
+    """Message files as the stream reads them (sources.scan_landing): sources.FILE_SUFFIXES in any case,
+    recursively, without the hidden (``.``) and metadata (``_``) files and folders Spark's file index skips
+    and, unless followed, symbolic links."""
+    from replicator.sources import scan_landing
 
-    base = Path(root)
-    if not base.exists():
-        return []
-    return [
-        p
-        for p in message_files(base)
-        if not any(part.startswith((".", "_")) for part in p.relative_to(base).parts)
-    ]
+    return scan_landing(Path(root), follow_symlinks).files
 
 
 def pending_files(config: JobConfig, checkpoint: str | Path) -> int:
     """Files a catch-up will read: listed under ``source.path``, not in the checkpoint's log."""
     seen = checkpoint_files(checkpoint)
     # absolute, symbolic links kept: the paths as Spark's file index names them
-    return sum(1 for p in listed_files(config.source.path) if os.path.abspath(p) not in seen)
+    return sum(
+        1
+        for p in listed_files(config.source.path, config.source.follow_symlinks)
+        if os.path.abspath(p) not in seen
+    )
 
 
 def _offsets(value: Any) -> int:

@@ -40,12 +40,40 @@ class MirrorJob:
             from replicator.commands.metrics import JobMetrics
 
             self.metrics = JobMetrics(config, self.engine.state)
+        self._skipped: dict[str, int] | None = None  # the last landing scan's counts (report_skipped)
+
+    def report_skipped(self, batch_id: int | None = None) -> None:
+        """Scan the landing folder for entries the stream does not read (hidden names, symbolic links, other
+        suffixes: sources.scan_landing); log a warning with the counts and a few names at the start and
+        whenever they change, and keep the newest for ``status``. Spark's file source lists the whole folder
+        each trigger too; this walk is of the same order, without opening a file."""
+        from pathlib import Path
+
+        from replicator.sources import scan_landing
+
+        source = self.config.source
+        if source.type != "files" or source.path is None:
+            return
+        try:
+            landing = scan_landing(Path(source.path), source.follow_symlinks)
+        except OSError as exc:  # a report only: Spark's own listing fails the batch if it must
+            log.warning("landing folder not scanned", error=str(exc))
+            return
+        counts = landing.counts()
+        if counts == self._skipped:
+            return
+        self._skipped = counts
+        report = landing.report()
+        self.engine.state.save_skipped(report)
+        if report["skipped"]:
+            log.warning("files in the landing folder not read", batch_id=batch_id, **report)
 
     def _batch(self, frame: DataFrame, batch_id: int) -> None:
         with self._lock:
             if self._stop.is_set():
                 raise InterruptedError("stopping: the batch is left for the next run")
             try:
+                self.report_skipped(batch_id)
                 if self.config.trigger.overlap:  # applied while Spark decodes the next batch
                     self.engine.submit(frame, batch_id)
                 else:
@@ -62,12 +90,15 @@ class MirrorJob:
             self.progress.add_events(summary.events)
             self.progress.note(summary)
 
-    def run(self, available_now: bool = False, progress_stream: IO[str] | None = None) -> int:
-        """``progress_stream``: where a catch-up's bar goes (stderr), shown only if it is a terminal."""
+    def run(
+        self, available_now: bool = False, progress_stream: IO[str] | None = None, checked: bool = False
+    ) -> int:
+        """``progress_stream``: where a catch-up's bar goes (stderr), shown only if it is a terminal;
+        ``checked``: the state was checked already (commands.preflight, before Spark started)."""
         if self.metrics is not None:
             self.metrics.start()
         try:
-            return self._run(available_now, progress_stream)
+            return self._run(available_now, progress_stream, checked)
         except BaseException:
             if self.metrics is not None:
                 self.metrics.failed()
@@ -76,11 +107,14 @@ class MirrorJob:
             if self.metrics is not None:
                 self.metrics.stop()
 
-    def _run(self, available_now: bool, progress_stream: IO[str] | None) -> int:
+    def _run(self, available_now: bool, progress_stream: IO[str] | None, checked: bool) -> int:
+        from replicator.commands.preflight import check_state
         from replicator.commands.progress import catch_up, poll
         from replicator.errors import SourceFailed
         from replicator.sources import build_stream, data_loss_message
 
+        if not checked:  # a damaged checkpoint or Delta log, a mirror that lost commits: stop here
+            check_state(self.config)
         warming = threading.Thread(target=warm_workers, args=(self.spark, self.config), daemon=True)
         warming.start()  # the Python workers start while the query does
         from replicator.apply.schema import reconcile_declared_types
@@ -89,6 +123,7 @@ class MirrorJob:
         from replicator.apply.history import seed_history
 
         seed_history(self.config, self.engine.state)  # history turned on for mirrors that have rows
+        self.report_skipped()
         # A batch Spark committed while the last run applied it (trigger.overlap) is applied first.
         self.summaries += self.engine.recover(self.spark)
         self.engine.on_batch = self._applied

@@ -34,6 +34,9 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
             dead_total += 1
             name = ".".join(p for p in (row["database"], row["table"]) if p) or "(undecodable)"
             dead_by_table[name] = dead_by_table.get(name, 0) + 1
+    from replicator.commands.preflight import behind_mirrors
+
+    behind = {b.name: b.message for b in behind_mirrors(config)}  # mirrors whose log lost commits
     tables = []
     for table in sorted(state.tables().values(), key=lambda t: t.id):
         mirror = state.writer(table.mirror)
@@ -54,6 +57,7 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
                 "lag_seconds": lag,
                 "dead_letters": dead_by_table.get(f"{table.database}.{table.table}", 0),
                 "mirror": table.mirror,
+                "behind": behind.get(name),
             }
         )
     batches = []
@@ -75,6 +79,8 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
         "batches": batches,
         "pending": pending,
         "kafka": kafka_partitions(state),
+        # Landing-folder entries the stream does not read (hidden, links, other suffixes), as of the last scan
+        "skipped_files": state.skipped(),
     }
 
 
@@ -144,6 +150,13 @@ def print_status(config: JobConfig, as_json: bool = False, last_batches: int = 1
     if status["pending"]:
         ids = ", ".join(str(b) for b in status["pending"])
         print(f"batches left pending by the last run (applied first by the next one): {ids}")
+    skipped = status["skipped_files"]
+    if skipped and skipped.get("skipped"):
+        examples = "; ".join(f"{r}: {', '.join(n)}" for r, n in skipped.get("examples", {}).items())
+        print(
+            f"files not read in the landing folder: {skipped['skipped']} ({skipped.get('hidden', 0)} hidden, "
+            f"{skipped.get('links', 0)} symbolic links, {skipped.get('other', 0)} other) e.g. {examples}"
+        )
     print(
         f"{'table':32} {'phase':18} {'rows':>10} {'snapshot':>10} {'dead':>6} {'lag':>12}  "
         "last position @ event time"
@@ -154,6 +167,9 @@ def print_status(config: JobConfig, as_json: bool = False, last_batches: int = 1
             f"{t['table']:32} {t['phase']:18} {t['rows']:>10,} {t['snapshot_rows']:>10,} "
             f"{t['dead_letters']:>6,} {lag:>12}  {t['last_position'] or '-'} @ {t['last_event_time'] or '-'}"
         )
+    for t in status["tables"]:
+        if t["behind"]:
+            print(f"NOT UP TO DATE: {t['behind']}")
     print("lag: now minus the newest applied source event time (it grows while nothing new arrives)")
     if status["kafka"]:
         print(

@@ -1,0 +1,81 @@
+"""``replicator repair``: rebuild mirrors that lost commits (a newest Delta log file deleted by hand, a
+restore of an older copy) from the change log, where every event of every applied batch is.
+
+The mirror start and each batch stop on such a mirror (commands.preflight, TableApplier.check_behind):
+its log holds an older batch than the registry recorded as applied to it. Repair replays the table's
+change-log events through the engine, as ``replicator replay`` does (a replay to now equals the live
+mirror), into a folder of the job's state, then overwrites the mirror with the result in one commit that
+carries the app transaction of the batch the registry recorded, so the job goes on from there. Tombstones,
+the registry and history tables are the job's own and stay as they are (they were written after the lost
+commit). A table renamed from another name needs both names in ``--tables`` (its earlier events are under
+the old name in the change log).
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+from replicator.commands.preflight import Behind, behind_mirrors
+from replicator.commands.replay import ReplayError, replay
+from replicator.config import JobConfig
+from replicator.logging import get_logger
+from replicator.sinks import writer_factory
+from replicator.sinks.base import Txn
+
+log = get_logger("replicator.commands.repair")
+
+
+@dataclass(frozen=True)
+class Repaired:
+    table: str
+    rows: int
+    batch: int
+
+
+def repair(config: JobConfig, tables: str) -> list[Repaired]:
+    """Rebuild the mirrors matching ``tables`` (a glob on ``database.table``) that are behind; the others
+    are left alone. Raises ReplayError when none is behind or the change log cannot rebuild them."""
+    from deltalake import DeltaTable
+
+    if not config.changelog.enabled:
+        raise ReplayError("repair rebuilds from the change log, and changelog.enabled is off for this job")
+
+    def wanted(b: Behind) -> bool:
+        t = b.state
+        return fnmatchcase(f"{t.database}.{t.table}", tables) or fnmatchcase(b.name, tables)
+
+    chosen = [b for b in behind_mirrors(config) if wanted(b)]
+    if not chosen:
+        raise ReplayError(
+            f"--tables {tables}: no mirror of this job that is behind matches it (nothing to do)"
+        )
+    writer = writer_factory(config.target.writer)
+    out = Path(config.state.path) / "tmp" / f"repair-{uuid.uuid4().hex}"
+    done = []
+    try:
+        # every event of the tables: a cut after any event time (events without one are kept by replay)
+        replay(config, out, as_of="9999-12-31T00:00:00Z", tables=tables)
+        for item in chosen:
+            name, known = item.name, item.state
+            assert known.last_batch is not None and known.last_app is not None
+            parts = (
+                [known.database, known.schema, known.table] if known.schema else [known.database, known.table]
+            )
+            rebuilt = out.joinpath(*parts)
+            if not DeltaTable.is_deltatable(str(rebuilt)):
+                raise ReplayError(
+                    f"{name}: the change log holds none of its events; restore its log files instead"
+                )
+            data = DeltaTable(str(rebuilt)).to_pyarrow_table()
+            writer(known.mirror).overwrite(data, Txn(known.last_app, known.last_batch))
+            log.warning(
+                "mirror rebuilt from the change log", table=name, rows=data.num_rows, batch=known.last_batch
+            )
+            done.append(Repaired(name, data.num_rows, known.last_batch))
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return done
