@@ -39,6 +39,7 @@ STAGE_OF = {
             "errors",
             "pythonpath",
             "worker_daemon",
+            "paths",
         ),
         "helpers",
     ),

@@ -317,9 +317,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure(args.log_level)
     log = get_logger("replicator")
+    from replicator.paths import PathRefused
+
     try:
         return int(args.func(args) or 0)
-    except ConfigError as exc:
+    except (ConfigError, PathRefused) as exc:
         print(f"replicator: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

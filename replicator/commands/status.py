@@ -8,12 +8,11 @@ from typing import Any
 
 from replicator.config import JobConfig
 from replicator.model import table_label
-from replicator.sinks import writer_factory
 from replicator.state import State
 
 
 def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
-    state = State(config.state.path, config.name, writer_factory(config.target.writer))
+    state = State.of(config)
     now = dt.datetime.now(dt.UTC)
     dead_by_table: dict[str, int] = {}
     dead_total = 0
@@ -102,7 +101,7 @@ def print_tables(config: JobConfig, pattern: str | None = None, limit: int = 50)
 
     import pyarrow.compute as pc
 
-    state = State(config.state.path, config.name, writer_factory(config.target.writer))
+    state = State.of(config)
     for table in sorted(state.tables().values(), key=lambda t: t.id):
         name = table_label((table.database, table.schema, table.table))
         if pattern and not fnmatchcase(name, pattern):

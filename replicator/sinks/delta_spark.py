@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 
-from replicator.sinks.base import MergeResult, MirrorWriter, Txn, key_range, quote
+from replicator.sinks.base import MergeResult, MirrorWriter, Txn, key_range, quote, sql_string
 
 JARS_MISSING = (
     "the delta-spark writer needs Delta Lake's Spark jars (io.delta:delta-spark) and the settings "
@@ -47,8 +47,8 @@ def _ident(name: str) -> str:
 
 
 class DeltaSparkWriter(MirrorWriter):
-    def __init__(self, path, properties=None) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(path, properties)
+    def __init__(self, path, properties=None, description=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(path, properties, description)
         self.spark = _spark()
 
     @property
@@ -82,9 +82,17 @@ class DeltaSparkWriter(MirrorWriter):
         if partition_by:
             writer = writer.partitionBy(*partition_by)
         writer.save(self.path)
-        if self.properties:
-            props = ", ".join(f"'{k}' = '{v}'" for k, v in self.properties.items())
-            self.spark.sql(f"ALTER TABLE {self._table_ref} SET TBLPROPERTIES ({props})")
+        # Delta keeps the reserved property 'comment' as the table's description. Values are literals
+        # (a description holds names from messages: never SQL text of their own).
+        props = {**self.properties, **({"comment": self.description} if self.description else {})}
+        if props:
+            text = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in props.items())
+            self.spark.sql(f"ALTER TABLE {self._table_ref} SET TBLPROPERTIES ({text})")
+
+    def describe(self, description: str) -> None:
+        self.spark.sql(
+            f"ALTER TABLE {self._table_ref} SET TBLPROPERTIES ('comment' = {sql_string(description)})"
+        )
 
     def add_columns(self, fields: Sequence[pa.Field]) -> None:
         from pyspark.sql.pandas.types import from_arrow_type
