@@ -104,6 +104,20 @@ def table_path(root: str | Path, table: TableId) -> Path:
     return Path(root).joinpath(*table_parts(table))
 
 
+def legacy_parts(table: TableId) -> list[str] | None:
+    """The components a table had before this mapping (its raw names), when they differ from today's and
+    are plain single folder names without a ``~`` (so that a folder found there can only be this table's:
+    today's components without a ``~`` are raw names); else None."""
+    database, schema, name = table
+    raw = [database, schema, name] if schema else [database, name]
+    plain = all(
+        isinstance(p, str) and p not in ("", ".", "..") and not set(p) & {"/", "\\", "\x00", "~"} for p in raw
+    )
+    if not plain or raw == table_parts(table):
+        return None
+    return raw
+
+
 def mappable(table: TableId) -> str | None:
     """None when the table's names map to a folder, else why not (a dead letter's error)."""
     try:
@@ -186,6 +200,7 @@ __all__ = [
     "description",
     "ensure_inside",
     "inside",
+    "legacy_parts",
     "mappable",
     "nested",
     "relative_path",

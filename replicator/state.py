@@ -170,7 +170,21 @@ class State:
         return cls(config.state.path, config.name, writer_factory(config.target.writer), config.target.path)
 
     def tombstones(self, table: TableId) -> MirrorWriter:
-        return self.writer(paths.table_path(self.root / "tombstones", table))
+        return self.writer(self.table_folder("tombstones", table))
+
+    def table_folder(self, kind: str, table: TableId) -> Path:
+        """A table's folder under ``state.path/<kind>`` (tombstones, history markers). One a version before
+        replicator.paths made under the raw names (a table named with a ``.`` or a space) is moved to the
+        encoded name the first time it is asked for."""
+        base = self.root / kind
+        folder = paths.table_path(base, table)
+        legacy = paths.legacy_parts(table)
+        if legacy is not None and not folder.exists():
+            old = base.joinpath(*legacy)
+            if (old / "_delta_log").is_dir() and paths.inside(base, old):
+                folder.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(old, folder)
+        return folder
 
     # ---- mirrors' paths ---------------------------------------------------------------------------------
     def mirror_path(self, table: TableId) -> str:

@@ -71,7 +71,7 @@ def assert_each_table_inside(config) -> None:
             assert (names["database"], names["schema"], names["table"]) == table
 
 
-# ---- names that pointed outside -----------------------------------------------------------------------------
+# ---- names that pointed outside ----------------------------------------------------------------------------
 def test_dot_and_absolute_names_stay_inside_the_target(spark, tmp_path):
     config = make_job(tmp_path)
     absolute = str(tmp_path / "abs")
@@ -118,7 +118,7 @@ def test_nul_newline_and_long_names_are_mirrored_and_logged(spark, tmp_path):
     assert sorted(zip(log["database"].to_pylist(), log["table"].to_pylist(), strict=True)) == sorted(names)
 
 
-# ---- names that shared a folder ------------------------------------------------------------------------------
+# ---- names that shared a folder ----------------------------------------------------------------------------
 def test_tables_that_shared_a_folder_stay_apart(spark, tmp_path):
     config = make_job(tmp_path)
     runner = Runner(spark, config)
@@ -150,7 +150,7 @@ def test_a_new_table_nested_in_another_tables_folder_is_refused(spark, tmp_path)
     assert "cannot name a folder" in refused[("shop", None, "")]
 
 
-# ---- forged DDL ------------------------------------------------------------------------------------------------
+# ---- forged DDL --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("policy", ["lenient", "evolve"])
 def test_forged_drop_deletes_nothing_outside_its_mirror(spark, tmp_path, policy):
     config = make_job(tmp_path, schema_evolution=policy)
@@ -208,7 +208,7 @@ def test_forged_rename_moves_no_mirror_across_the_target(spark, tmp_path, policy
     assert_each_table_inside(config)
 
 
-# ---- destructive operations check their path --------------------------------------------------------------
+# ---- destructive operations check their path ---------------------------------------------------------------
 def test_drop_and_optimize_refuse_a_mirror_that_resolves_outside(spark, tmp_path):
     from replicator.commands.maintenance import optimize
 
@@ -230,7 +230,7 @@ def test_drop_and_optimize_refuse_a_mirror_that_resolves_outside(spark, tmp_path
     assert rows(elsewhere) == [1]
 
 
-# ---- a copied job folder ----------------------------------------------------------------------------------------
+# ---- a copied job folder -----------------------------------------------------------------------------------
 def test_a_copied_job_folder_writes_its_own_mirrors(spark, tmp_path):
     original = make_job(tmp_path, "a")
     Runner(spark, original).messages(tmp_path / "in", [canal("INSERT", [order(1)], es=ES)])
@@ -252,7 +252,7 @@ def test_a_copied_job_folder_with_absolute_paths_in_its_state_refuses_to_run(spa
     absolute = [str(tmp_path / "a" / "lake" / m) for m in data["mirror"].to_pylist()]
     write_deltalake(str(tables), data.set_column(3, "mirror", pa.array(absolute)), mode="overwrite")
     shutil.copytree(tmp_path / "a", tmp_path / "b")
-    with pytest.raises(paths.StateMismatch, match="outside target.path"):
+    with pytest.raises(paths.StateMismatch, match=r"outside target\.path"):
         Runner(spark, make_job(tmp_path, "b"))
     assert rows(tmp_path / "a" / "lake" / "shop" / "orders") == [1]
     # In its own folder, the same state keeps working, and is written relative at the next commit.
@@ -262,7 +262,17 @@ def test_a_copied_job_folder_with_absolute_paths_in_its_state_refuses_to_run(spa
     assert DeltaTable(str(tables)).to_pyarrow_table()["mirror"].to_pylist() == ["shop/orders"]
 
 
-# ---- the mapping ------------------------------------------------------------------------------------------------
+def test_tombstones_under_a_raw_name_move_to_the_encoded_folder(tmp_path):
+    # A version before the mapping kept the tombstones of shop.`a.b` at tombstones/shop/a.b.
+    config = make_job(tmp_path)
+    legacy = Path(config.state.path) / "tombstones" / "shop" / "a.b"
+    write_deltalake(str(legacy), pa.table({"id": [3]}))
+    tombstones = State.of(config).tombstones(("shop", None, "a.b"))
+    assert tombstones.path.endswith("/tombstones/shop/a~2Eb") and not legacy.exists()
+    assert rows(tombstones.path) == [3]
+
+
+# ---- the mapping -------------------------------------------------------------------------------------------
 ORDINARY = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_$-]{0,63}", fullmatch=True)
 ANY_NAME = st.text(min_size=1, max_size=400)
 

@@ -58,7 +58,7 @@ def history_path(mirror: str | Path) -> str:
 
 
 def markers_root(state: State, table: TableId) -> Path:
-    return paths.table_path(state.root / "history", table)
+    return state.table_folder("history", table)
 
 
 # ---- one table's batch ------------------------------------------------------------------------------------
@@ -353,7 +353,8 @@ def _move(
 ) -> None:
     """The old name's history (and markers) to the new name, once (a replayed batch finds it moved)."""
     target = config.target.path
-    source = writer(history_path(paths.table_path(target, old)))
+    known = state.tables().get(old)  # a mirror made before replicator.paths may have its raw name
+    source = writer(history_path(known.mirror if known is not None else paths.table_path(target, old)))
     if not source.exists():
         return
     moved = writer(history_path(paths.table_path(target, new)))
