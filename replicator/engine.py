@@ -60,7 +60,7 @@ from replicator.fold import FoldPlan, fold_batch
 from replicator.fold.arrow import Barrier, no_changes, seq_system
 from replicator.logging import get_logger
 from replicator.model import BARRIER_OPS, DML_OPS, TableId, table_label, table_labels, table_order
-from replicator.paths import description, inside, mappable, table_path
+from replicator.paths import description, mappable, table_parts
 from replicator.sinks import writer_factory
 from replicator.sources import batch_inputs
 from replicator.state import DEAD_LETTER_SCHEMA, BatchSummary, State, TableState, now
@@ -448,18 +448,29 @@ class Engine:
         new = [t for t in tables if t not in registry and t not in refused]
         if not new:
             return refused
-        root = self.config.target.path
-        folders = {t: os.path.normpath(s.mirror) for t, s in registry.items()}
-        folders.update({t: str(table_path(root, t)) for t in tables if t not in refused and t not in folders})
+        # Folders as tuples of components under target.path: a nesting is a proper prefix (no file system
+        # call per pair: a first batch may bring thousands of tables).
+        root = str(self.config.target.path)
+        folders: dict[tuple[str, ...], TableId] = {}
+        for t, s in registry.items():
+            folders.setdefault(tuple(os.path.relpath(s.mirror, root).split(os.sep)), t)
+        for t in tables:
+            if t not in refused and t not in registry:
+                folders.setdefault(tuple(table_parts(t)), t)
+        prefixes: dict[tuple[str, ...], TableId] = {}
+        for folder, t in folders.items():
+            for n in range(1, len(folder)):
+                prefixes.setdefault(folder[:n], t)
         for table in new:
-            mine = folders[table]
-            for other, folder in folders.items():
-                if other != table and (mine == folder or inside(mine, folder) or inside(folder, mine)):
-                    refused[table] = (
-                        f"table {table_label(table)}: its folder {mine} would share or nest with the mirror "
-                        f"of {table_label(other)} ({folder}); its events cannot be mirrored"
-                    )
-                    break
+            mine = tuple(table_parts(table))
+            same = folders.get(mine)
+            other = next((folders[mine[:n]] for n in range(1, len(mine)) if mine[:n] in folders), None)
+            other = other or prefixes.get(mine) or (same if same != table else None)
+            if other is not None and other != table:
+                refused[table] = (
+                    f"table {table_label(table)}: its folder {'/'.join(mine)} would share or nest with the "
+                    f"mirror of {table_label(other)} under target.path; its events cannot be mirrored"
+                )
         return refused
 
     def _apply_tables(self, batch: BatchWork, keys: dict[TableId, list[str]]) -> list[TableResult]:
