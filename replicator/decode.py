@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from replicator import payload
 from replicator.dialects.base import DecodeOptions
@@ -260,19 +259,23 @@ class ChangelogFiles:
         if events.num_rows == 0:
             return
         data_schema = pa.schema([f for f in CHANGELOG_SCHEMA if f.name not in ("database", "table")])
-        ids = pc.binary_join_element_wise(
-            pc.fill_null(events["database"], "\x00"), pc.fill_null(events["table"], "\x00"), "\x1f"
-        )
-        parts = pc.unique(ids).to_pylist()
+        # One file per (database, table) pair, grouped by value: names may hold any character (a NUL, a
+        # newline), so no joined text key.
+        pairs = events.select(["database", "table"]).group_by(["database", "table"], use_threads=False)
+        parts = pairs.aggregate([]).to_pylist()
         for part in parts:
-            rows = events.filter(pc.equal(ids, part)) if len(parts) > 1 else events
-            database, table = (None if p == "\x00" else p for p in part.split("\x1f"))
+            database, table = part["database"], part["table"]
+            rows = events
+            if len(parts) > 1:
+                rows = events.filter(
+                    pc.and_(_same(events["database"], database), _same(events["table"], table))
+                )
             entry = self.writers.get((database, table))
             if entry is None:
                 relative = "/".join(
                     [
-                        f"database={quote(database, safe='') if database is not None else HIVE_NULL}",
-                        f"table={quote(table, safe='') if table is not None else HIVE_NULL}",
+                        f"database={_partition_folder(database)}",
+                        f"table={_partition_folder(table)}",
                         f"part-{self.batch_id:06d}-{uuid.uuid4()}.parquet",
                     ]
                 )
@@ -301,6 +304,21 @@ class ChangelogFiles:
             out["rows"].append(count[0])
             out["mtime"].append(int(info.mtime_ns // 1_000_000) if info.mtime_ns else 0)
         return pa.table(out, schema=CHANGELOG_FILES)
+
+
+def _partition_folder(name: str | None) -> str:
+    """A change-log partition folder: the name encoded as a mirror's folder is (replicator.paths), so a
+    name never leaves the change log nor makes a file name too long. The partition values the reader
+    uses are the add actions' (State.commit_changelog), so the folder needs no inverse."""
+    from replicator.paths import component
+
+    return component(name) if name else HIVE_NULL
+
+
+def _same(column: pa.ChunkedArray, value: str | None) -> pa.ChunkedArray:
+    import pyarrow.compute as pc
+
+    return pc.is_null(column) if value is None else pc.fill_null(pc.equal(column, value), False)
 
 
 def _changelog_files_schema() -> pa.Schema:

@@ -22,6 +22,7 @@ a crash after Spark committed it does not lose it (:meth:`Engine.recover`).
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -60,6 +61,7 @@ from replicator.fold import FoldPlan, fold_batch
 from replicator.fold.arrow import Barrier, no_changes, seq_system
 from replicator.logging import get_logger
 from replicator.model import BARRIER_OPS, DML_OPS, TableId, table_label, table_labels, table_order
+from replicator.paths import description, mappable, table_parts
 from replicator.sinks import writer_factory
 from replicator.sources import batch_inputs
 from replicator.state import DEAD_LETTER_SCHEMA, BatchSummary, State, TableState, now
@@ -107,6 +109,7 @@ class BatchWork:
     selected: dict[TableId, list[str]] = field(default_factory=dict)
     barrier_only: list[TableId] = field(default_factory=list)
     unkeyed_dml: list[TableId] = field(default_factory=list)
+    refused: dict[TableId, str] = field(default_factory=dict)  # names that map to no folder of their own
     excluded_events: int = 0
     changelog: Future[None] | None = None
     pending: bool = False  # noted in the state's pending folder until applied
@@ -116,7 +119,7 @@ class Engine:
     def __init__(self, config: JobConfig) -> None:
         self.config = config
         self.writer = writer_factory(config.target.writer)
-        self.state = State(config.state.path, config.name, self.writer)
+        self.state = State(config.state.path, config.name, self.writer, config.target.path)
         self.options = DecodeOptions(
             timezone=config.source.timezone,
             zero_dates=config.source.zero_dates,
@@ -133,11 +136,13 @@ class Engine:
         # folder per batch inside it, as one batch is applied while the next is decoded.
         self._spill = str(Path(config.state.path) / "tmp" / f"batch-{uuid.uuid4().hex}")
         _clear_stale(Path(config.state.path) / "tmp")
+        # A state whose registry names mirrors outside target.path (another job folder's) stops the job
+        # here, before anything is written (State._loaded).
+        self.state.tables()
 
     def mirror_path(self, table: TableId) -> Path:
-        database, schema, name = table
-        parts = [database, schema, name] if schema else [database, name]
-        return Path(self.config.target.path).joinpath(*parts)
+        """The folder of a table's mirror: target.path / its names encoded (replicator.paths)."""
+        return Path(self.state.mirror_path(table))
 
     # ---- the micro-batch ----------------------------------------------------------------------------------
     def process(self, frame: DataFrame, batch_id: int) -> BatchSummary:
@@ -282,8 +287,11 @@ class Engine:
         unkeyed: list[TableId] = []
         excluded_events = 0
         barrier_only: list[TableId] = []
+        work.refused = self._refused(tables, registry)
         for table, key in tables.items():
             name = f"{table[0]}.{table[2]}"
+            if table in work.refused:  # its events become dead letters (_finish)
+                continue
             if not (
                 self.config.tables.selected(name) or self.config.tables.routed_target(table_label(table))
             ):
@@ -367,6 +375,8 @@ class Engine:
                 dead_rows: list[DeadRow] = []
                 if work.unkeyed_dml:
                     dead_rows += _unkeyed(batch.select(work.unkeyed_dml, [*_TABLE, "coordinates"]))
+                if work.refused:
+                    dead_rows += _refused_rows(batch, work.refused)
                 keys = {**{t: [] for t in work.barrier_only}, **work.selected}
                 results = self._apply_tables(work, keys)
             finally:
@@ -470,6 +480,41 @@ class Engine:
         self._fail_on_rows(dead_rows)
 
     # ---- helpers ------------------------------------------------------------------------------------------
+    def _refused(
+        self, tables: dict[TableId, list[str]], registry: dict[TableId, TableState]
+    ) -> dict[TableId, str]:
+        """The batch's tables whose names cannot be mirrored (replicator.paths): an empty or missing name,
+        or a new table whose folder would lie inside another table's folder or hold it (``db.t`` and
+        ``db.t.x`` of a schema ``t``: a drop or vacuum of one would delete the other). Why, per table."""
+        refused = {t: why for t in tables if (why := mappable(t)) is not None}
+        new = [t for t in tables if t not in registry and t not in refused]
+        if not new:
+            return refused
+        # Folders as tuples of components under target.path: a nesting is a proper prefix (no file system
+        # call per pair: a first batch may bring thousands of tables).
+        root = str(self.config.target.path)
+        folders: dict[tuple[str, ...], TableId] = {}
+        for t, s in registry.items():
+            folders.setdefault(tuple(os.path.relpath(s.mirror, root).split(os.sep)), t)
+        for t in tables:
+            if t not in refused and t not in registry:
+                folders.setdefault(tuple(table_parts(t)), t)
+        prefixes: dict[tuple[str, ...], TableId] = {}
+        for folder, t in folders.items():
+            for n in range(1, len(folder)):
+                prefixes.setdefault(folder[:n], t)
+        for table in new:
+            mine = tuple(table_parts(table))
+            same = folders.get(mine)
+            other = next((folders[mine[:n]] for n in range(1, len(mine)) if mine[:n] in folders), None)
+            other = other or prefixes.get(mine) or (same if same != table else None)
+            if other is not None and other != table:
+                refused[table] = (
+                    f"table {table_label(table)}: its folder {'/'.join(mine)} would share or nest with the "
+                    f"mirror of {table_label(other)} under target.path; its events cannot be mirrored"
+                )
+        return refused
+
     def _apply_tables(self, batch: BatchWork, keys: dict[TableId, list[str]]) -> list[TableResult]:
         folded, by_table, links, types = batch.folded, batch.by_table, batch.links, batch.types
         registry, activity, batch_id = batch.registry, batch.activity, batch.summary.batch_id
@@ -552,7 +597,7 @@ class Engine:
         that the fold tasks type and write its rows. None, and the driver applies them, when its writer
         writes no files, its messages type no column or not its key, or its mirror or tombstones exist
         already (a run that died before it recorded the table)."""
-        mirror = self.writer(str(self.mirror_path(table)), self.config.target.mirror_properties())
+        mirror = self._mirror_writer(table, str(self.mirror_path(table)))
         if not mirror.writes_files or not seen or not set(key) <= set(seen):
             return None
         if mirror.exists() or self.state.tombstones(table).exists():
@@ -562,6 +607,10 @@ class Engine:
         TableApplier(work, self.state, -1).ensure_table([*key, *seen])
         return mirror
 
+    def _mirror_writer(self, table: TableId, path: str) -> MirrorWriter:
+        """A table's mirror writer: created with the job's properties and its real names as description."""
+        return self.writer(path, self.config.target.mirror_properties(), description(table))
+
     def _table_batch(self, table, rows, by_table, types, keys, registry, activity) -> TableBatch:  # type: ignore[no-untyped-def]
         state = registry.get(table) or TableState(
             table[0], table[1], table[2], mirror=str(self.mirror_path(table)), primary_key=tuple(keys[table])
@@ -570,7 +619,7 @@ class Engine:
             state = TableState(**{**state.__dict__, "primary_key": tuple(keys[table])})
         return TableBatch(
             table=table,
-            mirror=self.writer(state.mirror, self.config.target.mirror_properties()),
+            mirror=self._mirror_writer(table, state.mirror),
             rows=rows,
             barriers=by_table.get(table, []),
             types=types.get(table, {}),
@@ -707,6 +756,18 @@ def _history_events(
         ]
         parts.append(pa.Table.from_pylist(rows, schema=fields))
     return pa.concat_tables(parts) if parts else fields.empty_table()
+
+
+def _refused_rows(batch: DecodedBatch, refused: dict[TableId, str]) -> list[DeadRow]:
+    """The events (DML and DDL) of tables whose names map to no folder: dead letters saying why."""
+    dml = batch.select(list(refused), [*_TABLE, "coordinates"]).to_pylist()
+    ddl = [r for r in batch.barriers if (r["database"], r["schema"], r["table"]) in refused]
+    return [
+        DeadRow(
+            r["coordinates"], refused[(r["database"], r["schema"], r["table"])], r["database"], r["table"]
+        )
+        for r in [*dml, *ddl]
+    ]
 
 
 def _unkeyed(rows: pa.Table) -> list[DeadRow]:

@@ -116,12 +116,14 @@ def clear(folder: str) -> None:
 
 
 def folder_uri(root: str) -> str:
-    """A folder as a pyarrow file-system URI (plain paths are local)."""
+    """A folder as a pyarrow file-system URI (plain paths are local, percent-encoded: a mirror's folder
+    may hold letters of any script, which a URI holds only encoded)."""
     import os
+    from urllib.parse import quote
 
     if "://" in root or root.startswith("file:"):
         return root.replace("s3a://", "s3://", 1).replace("s3n://", "s3://", 1)
-    return "file://" + os.path.abspath(root)
+    return "file://" + quote(os.path.abspath(root))
 
 
 def tables(batches: Iterable[pa.RecordBatch], kind: str | None = None) -> Iterator[pa.Table]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
@@ -13,10 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from replicator import paths
 from replicator.dialects.events import decoded_schema
+from replicator.model import table_label
 from replicator.sinks.base import MirrorWriter, Txn, WriterFactory
 
 if TYPE_CHECKING:
+    from replicator.config import JobConfig
     from replicator.model import TableId
 
 
@@ -148,10 +152,16 @@ class BatchSummary:
 
 
 class State:
-    def __init__(self, root: str | Path, job: str, writer: WriterFactory) -> None:
+    """``target``: the job's target.path. The registry stores each mirror relative to it (a job folder
+    copied elsewhere uses its own mirrors) and refuses a stored path outside it (:meth:`tables`)."""
+
+    def __init__(
+        self, root: str | Path, job: str, writer: WriterFactory, target: str | Path | None = None
+    ) -> None:
         self.root = Path(root)
         self.job = job
         self.writer = writer  # the mirrors' writer (the job's target.writer)
+        self.target = Path(target) if target is not None else None
         # The engine's own tables (registry, tombstones, change log, dead letters, batches) stay on delta-rs
         # whichever writer the mirrors use: the engine MERGEs into them with deltalake directly, and they
         # are small (a Spark job per commit would cost more than the commit).
@@ -170,10 +180,100 @@ class State:
     def table(self, name: str) -> MirrorWriter:
         return self._own(self.root / name)
 
+    @classmethod
+    def of(cls, config: JobConfig) -> State:
+        from replicator.sinks import writer_factory
+
+        return cls(config.state.path, config.name, writer_factory(config.target.writer), config.target.path)
+
     def tombstones(self, table: TableId) -> MirrorWriter:
-        database, schema, name = table
-        parts = [database, schema, name] if schema else [database, name]
-        return self._own(self.root.joinpath("tombstones", *parts))
+        return self._own(self.table_folder("tombstones", table))
+
+    def table_folder(self, kind: str, table: TableId) -> Path:
+        """A table's folder under ``state.path/<kind>`` (tombstones, history markers). One a version before
+        replicator.paths made under the raw names (a table named with a ``.`` or a space) is moved to the
+        encoded name the first time it is asked for."""
+        base = self.root / kind
+        folder = paths.table_path(base, table)
+        legacy = paths.legacy_parts(table)
+        if legacy is not None and not folder.exists():
+            old = base.joinpath(*legacy)
+            if (old / "_delta_log").is_dir() and paths.inside(base, old):
+                folder.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(old, folder)
+        return folder
+
+    # ---- mirrors' paths ---------------------------------------------------------------------------------
+    def mirror_path(self, table: TableId) -> str:
+        """Where a table's mirror goes: ``target.path`` / its names as components (replicator.paths)."""
+        assert self.target is not None, "a State without target.path maps no mirror"
+        return str(paths.table_path(self.target, table))
+
+    def _stored(self, mirror: str) -> str:
+        """A mirror path as the registry keeps it: relative to target.path."""
+        if self.target is None or not os.path.isabs(mirror):
+            return mirror
+        relative = paths.relative_under(self.target, mirror)
+        if relative is None:
+            raise paths.UnsafePath(f"the mirror {mirror} is not inside target.path {self.target}")
+        return relative
+
+    def _loaded(self, stored: str, table: TableId) -> str:
+        """A registry path as an absolute path under target.path. A registry written before paths became
+        relative holds absolute ones: those under target.path are kept (written relative at the next
+        commit); one elsewhere means the state belongs to another job folder, and the job stops."""
+        if self.target is None:
+            return stored
+        if not os.path.isabs(stored):
+            if not paths.safe_relative(stored):
+                raise paths.StateMismatch(
+                    f"{self.root / 'tables'}: the mirror of {table_label(table)} is recorded as {stored!r}, "
+                    "which is not a folder under target.path; the registry was edited by hand"
+                )
+            return str(self.target / stored)
+        if paths.relative_under(self.target, stored) is not None:
+            return os.path.normpath(stored)
+        raise paths.StateMismatch(
+            f"state {self.root} records the mirror of {table_label(table)} at {stored}, outside "
+            f"target.path {self.target}: this state was written by a job whose target was elsewhere (a "
+            "copied or moved job folder, or a changed target.path). Nothing was written. Point "
+            "target.path back at the folder holding these mirrors, or start this copy with a fresh "
+            'state.path (docs/operations.md, "Security and trust")'
+        )
+
+    def check_mirror(
+        self,
+        table: TableId,
+        path: str | Path,
+        action: str,
+        registry: dict[TableId, TableState] | None = None,
+    ) -> str:
+        """Before a destructive file operation (drop, move, truncate) on a mirror: ``path`` must lie under
+        target.path and be this table's mirror (the registry's, or its mapped folder), and hold no other
+        table's mirror; else :class:`replicator.paths.UnsafePath` and nothing is done."""
+        if self.target is None:
+            return str(path)
+        paths.ensure_inside(self.target, path, action)
+        registry = self.tables() if registry is None else registry
+        known = registry.get(table)
+        own = {os.path.normpath(self.mirror_path(table))}
+        if known is not None:
+            own.add(os.path.normpath(known.mirror))
+        if os.path.normpath(path) not in own:
+            raise paths.UnsafePath(
+                f"refused to {action} {path}: it is not the mirror of {table_label(table)} "
+                f"({' or '.join(sorted(own))})"
+            )
+        for other, state in registry.items():
+            if other != table and paths.inside(path, state.mirror):
+                raise paths.UnsafePath(
+                    f"refused to {action} {path}: the mirror of {table_label(other)} lies inside it"
+                )
+        return str(path)
+
+    def check_state_path(self, path: str | Path, action: str) -> str:
+        """Before a destructive file operation under state.path (tombstones, history markers)."""
+        return paths.ensure_inside(self.root, path, action)
 
     def txn(self, batch_id: int) -> Txn:
         return Txn(self.job, batch_id)
@@ -191,11 +291,11 @@ class State:
         for row in writer.read().to_pylist():
             row["primary_key"] = tuple(row["primary_key"] or ())
             state = TableState(**row)
-            result[state.id] = state
+            result[state.id] = replace(state, mirror=self._loaded(state.mirror, state.id))
         return result
 
     def save_tables(self, states: Iterable[TableState], batch_id: int) -> None:
-        rows = [replace(s, updated_at=now()).row() for s in states]
+        rows = [replace(s, updated_at=now(), mirror=self._stored(s.mirror)).row() for s in states]
         if not rows:
             return
         # A NULL schema must match a NULL schema: compare through coalesce.

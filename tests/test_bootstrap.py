@@ -130,10 +130,9 @@ def test_interrupted_bootstrap_resumes_without_duplicates(tmp_path):
 
 
 def _states(config):
-    from replicator.sinks import writer_factory
     from replicator.state import State
 
-    return list(State(config.state.path, config.name, writer_factory("delta-rs")).tables().values())
+    return list(State.of(config).tables().values())
 
 
 def test_manifest_of_csv_files_with_types(tmp_path):

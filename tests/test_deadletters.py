@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replicator.commands.deadletters import RETRY_BATCH_BASE, print_summary, read_marks, retry, summarize
-from replicator.sinks import writer_factory
 from replicator.state import State
 from tests.helpers import Runner, delta_table, job, write_jsonl
 
@@ -166,7 +165,7 @@ def test_an_interrupted_retry_is_finished_with_its_own_batch_id(spark, tmp_path)
 
 
 def _state(config) -> State:
-    return State(config.state.path, config.name, writer_factory(config.target.writer))
+    return State.of(config)
 
 
 def _version(tmp_path: Path) -> int:

@@ -40,6 +40,7 @@ STAGE_OF = {
             "errors",
             "pythonpath",
             "worker_daemon",
+            "paths",
         ),
         "helpers",
     ),

@@ -30,7 +30,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replicator.commands.replay import changelog_events, replay, replay_config
-from replicator.sinks import writer_factory
 from replicator.state import State
 from tests.helpers import delta_table
 from tests.model import KEY, Statement, Table
@@ -76,7 +75,7 @@ def replay_again(config, target: Path, cut: int, batches: list[tuple[int, int | 
 
     from replicator.engine import Engine
 
-    live = State(config.state.path, config.name, writer_factory(config.target.writer))
+    live = State.of(config)
     events = changelog_events(live, None)
     assert events is not None
     keys = {f"{t[0]}.{t[2]}": list(s.primary_key) for t, s in live.tables().items() if s.primary_key}

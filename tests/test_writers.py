@@ -115,3 +115,18 @@ def test_read_keys_after_a_merge_of_text_keys(writer):
     found = writer.read_keys("k", pa.array(["b", "c", "zz"]), ["k", "v"])
     assert sorted(found.to_pylist(), key=lambda r: r["k"]) == [{"k": "b", "v": "2"}, {"k": "c", "v": "3"}]
     assert found.schema.field("k").type == pa.string()
+
+
+def test_description_holds_any_name(writer):
+    """A mirror's Delta description keeps its real names (replicator.paths.description), whatever they hold:
+    quotes, backslashes, a newline, a NUL (the delta-spark writer passes it as a literal, never SQL text)."""
+    from deltalake import DeltaTable
+
+    from replicator.paths import description
+
+    named = type(writer)(writer.path, None, description(("sh'op\\", None, "a\nb\x00'); DROP TABLE x; --")))
+    named.create(SCHEMA)
+    names = DeltaTable(writer.path).metadata().description
+    assert names == description(("sh'op\\", None, "a\nb\x00'); DROP TABLE x; --"))
+    named.describe(description(("shop", "s", "renamed")))
+    assert DeltaTable(writer.path).metadata().description == description(("shop", "s", "renamed"))

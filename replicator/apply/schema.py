@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from replicator import ddl
+from replicator import ddl, paths
 from replicator.apply.barriers import resolve_ref
 from replicator.apply.table import CDC_FIELDS, HORIZON, DeadRow, is_untyped
 from replicator.config import JobConfig, SchemaPolicy
@@ -46,9 +46,7 @@ class SchemaApplyError(RuntimeError):
 
 
 def mirror_path(config: JobConfig, table: TableId) -> str:
-    database, schema, name = table
-    parts = [database, schema, name] if schema else [database, name]
-    return str(Path(config.target.path).joinpath(*parts))
+    return str(paths.table_path(config.target.path, table))
 
 
 @dataclass
@@ -379,8 +377,12 @@ def _(change: ddl.DropTable, ctx: Context) -> None:
         )
         return
     if ctx.policy == "evolve":
+        state = ctx.applier.state
+        tombstones = state.tombstones(ctx.table)
+        state.check_mirror(ctx.table, ctx.applier.mirror.path, "drop")
+        state.check_state_path(tombstones.path, "drop")
         ctx.applier.mirror.drop()
-        ctx.applier.state.tombstones(ctx.table).drop()
+        tombstones.drop()
         ctx.set_state(dropped=True, truncate_seq=ctx.horizon)
         return
     ctx.set_state(dropped=True)
@@ -501,7 +503,7 @@ class BarrierHandler:
         for change in relevant:
             try:
                 apply_change(change, ctx)
-            except SchemaApplyError as exc:
+            except (SchemaApplyError, paths.PathRefused, paths.UnmappableName) as exc:
                 self._dead(
                     applier, event, f"DDL not applied ({change.kind}): {exc}: {event.get('ddl_sql')!r}"
                 )
@@ -535,17 +537,25 @@ class BarrierHandler:
         self, ctx: Context, old: TableId, new: TableId, state: TableState, keep: bool = True
     ) -> TableState:
         """Move the old name's mirror (and tombstones) to the new name; returns the moved state."""
-        writer = ctx.applier.state.writer
+        registry = ctx.applier.state
+        writer = registry.writer
         source = writer(state.mirror or mirror_path(self.config, old))
         target_path = mirror_path(self.config, new)
         if source.exists():
+            # Only this job's mirror of the old name moves, and only to the new name's folder under
+            # target.path (a forged name maps inside it: replicator.paths).
+            registry.check_mirror(old, source.path, "move")
+            registry.check_mirror(new, target_path, "move a mirror to")
             target = writer(target_path)
             if target.exists():  # a table kept under that name (lenient drop): set it aside, never lose it
-                target.move_to(f"{target_path}.replaced-{ctx.seq_text or 'unknown'}")
+                target.move_to(paths.beside(target_path, f".replaced-{ctx.seq_text or 'unknown'}"))
             source.move_to(target_path)
-            tombstones = ctx.applier.state.tombstones(old)
+            writer(target_path).describe(paths.description(new))
+            tombstones, tombstones_to = registry.tombstones(old), registry.tombstones(new)
             if Path(tombstones.path).exists():
-                tombstones.move_to(ctx.applier.state.tombstones(new).path)
+                registry.check_state_path(tombstones.path, "move")
+                registry.check_state_path(tombstones_to.path, "move tombstones to")
+                tombstones.move_to(tombstones_to.path)
         moved = replace(
             state, database=new[0], schema=new[1], table=new[2], mirror=target_path, dropped=False
         )

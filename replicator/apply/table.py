@@ -630,6 +630,7 @@ class TableApplier:
         back. A TRUNCATE that arrives late (another partition, a redelivery) keeps the newer rows and the
         newer truncate point."""
         if self.mirror.exists():
+            self.state.check_mirror(self.work.table, self.mirror.path, "truncate")
             self.mirror.delete_where(f"{CDC_SEQ} < '{seq_text}'", None)
         if (self.table_state.truncate_seq or "") < seq_text:
             self.table_state = replace(self.table_state, truncate_seq=seq_text)

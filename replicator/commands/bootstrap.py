@@ -28,8 +28,8 @@ from replicator.apply.table import CDC_FIELDS
 from replicator.config import ConfigError, JobConfig, _key_path
 from replicator.logging import get_logger
 from replicator.model import CDC_EVENT_TIME, CDC_OP, CDC_POSITION, CDC_SEQ
+from replicator.paths import description
 from replicator.positions import horizon, parse_time
-from replicator.sinks import writer_factory
 from replicator.sources import FILE_SUFFIXES, message_files
 from replicator.state import State, TableState
 from replicator.types import column_type, parse_values
@@ -246,7 +246,7 @@ def load_table(
             "the manifest): the source position the snapshot was taken at"
         )
     table_id = (snapshot.database, None, snapshot.table)
-    mirror = state.writer(Path(config.target.path) / snapshot.database / snapshot.table)
+    mirror = state.writer(state.mirror_path(table_id), None, description(table_id))
     known = state.tables().get(table_id)
     app = app_id(config)
     seq = horizon(snapshot.position)
@@ -258,8 +258,11 @@ def load_table(
                 f"{snapshot.name}: the mirror {mirror.path} is neither fresh nor an interrupted bootstrap "
                 "at this position; rerun with --restart to replace it"
             )
+        tombstones = state.tombstones(table_id)
+        state.check_mirror(table_id, mirror.path, "replace (--restart)")
+        state.check_state_path(tombstones.path, "replace (--restart)")
         mirror.drop()
-        state.tombstones(table_id).drop()
+        tombstones.drop()
         known = None
     done = mirror.applied_version(app)
     base = TableState(
@@ -374,7 +377,7 @@ def bootstrap(
     root = Path(snapshot)
     if not root.exists():
         raise BootstrapError(f"--snapshot {root}: no such file or folder")
-    state = State(config.state.path, config.name, writer_factory(config.target.writer))
+    state = State.of(config)
     manifest = (
         root
         if root.is_file()

@@ -553,9 +553,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"replicator: --log-file: cannot write {args.log_file}: {exc.strerror}", file=sys.stderr)
         return 2
     log = get_logger("replicator")
+    from replicator.paths import PathRefused
+
     try:
         return int(args.func(args) or 0)
-    except ConfigError as exc:
+    except (ConfigError, PathRefused) as exc:
         print(f"replicator: {exc}", file=sys.stderr)
         return 2
     except (JobRunning, StateDamaged) as exc:  # refused to start, or stopped before it went on wrong

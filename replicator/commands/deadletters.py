@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from replicator.sinks import writer_factory
 from replicator.sinks.base import Txn
 from replicator.state import DEAD_LETTER_SCHEMA, State, now
 
@@ -55,7 +54,7 @@ EXAMPLE_CHARS = 160
 
 
 def _state(config: JobConfig) -> State:
-    return State(config.state.path, config.name, writer_factory(config.target.writer))
+    return State.of(config)
 
 
 def _identity(row: dict[str, Any]) -> tuple[Any, ...]:

@@ -17,7 +17,6 @@ from typing import Any
 from replicator.config import JobConfig
 from replicator.logging import get_logger
 from replicator.model import table_label
-from replicator.sinks import writer_factory
 from replicator.state import State
 
 log = get_logger("replicator.commands.maintenance")
@@ -44,14 +43,17 @@ def optimize(
 
     from replicator.sinks.delta_rs import has_deletion_vectors
 
-    state = State(config.state.path, config.name, writer_factory(config.target.writer))
+    state = State.of(config)
     done = []
-    for (database, schema, name), known in sorted(state.tables().items(), key=lambda kv: kv[0]):
+    registry = state.tables()
+    for (database, schema, name), known in sorted(registry.items(), key=lambda kv: kv[0]):
         label = table_label((database, schema, name))
         if tables is not None and not fnmatchcase(f"{database}.{name}", tables):
             continue
         if not DeltaTable.is_deltatable(known.mirror):
             continue
+        # Rewrites and vacuums (deletes files): only a mirror of this job's registry under target.path.
+        state.check_mirror((database, schema, name), known.mirror, "optimize", registry)
         mirror = DeltaTable(known.mirror)
         if has_deletion_vectors(mirror):
             result = _optimize_with_spark(config, label, known.mirror, list(known.primary_key), vacuum_hours)

@@ -26,7 +26,6 @@ from replicator.config import JobConfig
 from replicator.errors import StateDamaged
 from replicator.logging import get_logger
 from replicator.model import table_label
-from replicator.sinks import writer_factory
 from replicator.state import State, TableState
 
 log = get_logger("replicator.commands.preflight")
@@ -192,8 +191,8 @@ def behind_mirrors(config: JobConfig) -> list[Behind]:
     """The mirrors whose log holds an older batch than the registry recorded for them."""
     from concurrent.futures import ThreadPoolExecutor
 
-    writer = writer_factory(config.target.writer)
-    state = State(config.state.path, config.name, writer)
+    state = State.of(config)  # registry paths are relative to target.path: resolved by State.tables()
+    writer = state.writer
     tables = [t for t in state.tables().values() if not t.dropped and t.last_batch is not None and t.last_app]
 
     def one(table: TableState) -> Behind | None:

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from replicator import paths
 from replicator.commands.preflight import Behind, behind_mirrors
 from replicator.commands.replay import ReplayError, replay
 from replicator.config import JobConfig
 from replicator.logging import get_logger
-from replicator.sinks import writer_factory
 from replicator.sinks.base import Txn
+from replicator.state import State
 
 log = get_logger("replicator.commands.repair")
 
@@ -53,7 +54,8 @@ def repair(config: JobConfig, tables: str) -> list[Repaired]:
         raise ReplayError(
             f"--tables {tables}: no mirror of this job that is behind matches it (nothing to do)"
         )
-    writer = writer_factory(config.target.writer)
+    state = State.of(config)
+    registry, writer = state.tables(), state.writer
     out = Path(config.state.path) / "tmp" / f"repair-{uuid.uuid4().hex}"
     done = []
     try:
@@ -62,15 +64,15 @@ def repair(config: JobConfig, tables: str) -> list[Repaired]:
         for item in chosen:
             name, known = item.name, item.state
             assert known.last_batch is not None and known.last_app is not None
-            parts = (
-                [known.database, known.schema, known.table] if known.schema else [known.database, known.table]
-            )
-            rebuilt = out.joinpath(*parts)
+            table = (known.database, known.schema, known.table)
+            rebuilt = paths.table_path(out, table)  # where replay's engine put it (names encoded)
             if not DeltaTable.is_deltatable(str(rebuilt)):
                 raise ReplayError(
                     f"{name}: the change log holds none of its events; restore its log files instead"
                 )
             data = DeltaTable(str(rebuilt)).to_pyarrow_table()
+            # An overwrite replaces every row: only this table's mirror under target.path.
+            state.check_mirror(table, known.mirror, "repair", registry)
             writer(known.mirror).overwrite(data, Txn(known.last_app, known.last_batch))
             log.warning(
                 "mirror rebuilt from the change log", table=name, rows=data.num_rows, batch=known.last_batch

@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from replicator import paths
 from replicator.apply.phases import SNAPSHOT_DONE
 from replicator.commands.bootstrap import DONE_MARK
 from replicator.config import ConfigError, JobConfig
@@ -24,7 +25,6 @@ from replicator.dialects.events import decoded_schema
 from replicator.logging import get_logger
 from replicator.model import table_label
 from replicator.positions import horizon, parse_time
-from replicator.sinks import writer_factory
 from replicator.state import BatchSummary, State, TableState
 
 log = get_logger("replicator.commands.replay")
@@ -122,8 +122,8 @@ def _bootstrap_base(
         snapshot_time = pc.max(base["_cdc_event_time"]).as_py()
         if snapshot_time is not None and cut_time < snapshot_time:
             raise ReplayError(f"{label}: the cut is before its snapshot time {snapshot_time.isoformat()}")
-    parts = [state.database, state.schema, state.table] if state.schema else [state.database, state.table]
-    write_deltalake(str(out.joinpath(*parts)), base, mode="overwrite")
+    copy = paths.table_path(out, (state.database, state.schema, state.table))
+    write_deltalake(paths.ensure_inside(out, copy, "write a replayed table"), base, mode="overwrite")
     return seq
 
 
@@ -146,7 +146,7 @@ def replay(
         raise ReplayError("give exactly one of --as-of TIME or --position POS")
     out = Path(out).resolve()
     _check_target(out)
-    live = State(config.state.path, config.name, writer_factory(config.target.writer))
+    live = State.of(config)
     cut_time = parse_time(as_of) if as_of is not None else None
     cut_seq = horizon(position) if position is not None else None
     events = changelog_events(live, tables)
@@ -199,7 +199,7 @@ def replay_mirror_version(
 
     out = Path(out).resolve()
     _check_target(out)
-    live = State(config.state.path, config.name, writer_factory(config.target.writer))
+    live = State.of(config)
     at: Any = int(version) if version.strip().isdigit() and len(version.strip()) < 10 else parse_time(version)
     written = []
     for table, known in sorted(live.tables().items(), key=lambda kv: kv[0]):
@@ -212,8 +212,8 @@ def replay_mirror_version(
             raise ReplayError(
                 f"{table_label(table)}: no version {version!r} of {known.mirror}: {exc}"
             ) from None
-        parts = [p for p in table if p]
-        write_deltalake(str(out.joinpath(*parts)), read_table(mirror), mode="overwrite")
+        copy = paths.ensure_inside(out, paths.table_path(out, table), "write a replayed table")
+        write_deltalake(copy, read_table(mirror), mode="overwrite")
         written.append(table_label(table))
     return written
 

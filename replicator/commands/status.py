@@ -9,12 +9,11 @@ from typing import Any
 
 from replicator.config import JobConfig
 from replicator.model import table_label
-from replicator.sinks import writer_factory
 from replicator.state import State
 
 
 def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
-    state = State(config.state.path, config.name, writer_factory(config.target.writer))
+    state = State.of(config)
     now = dt.datetime.now(dt.UTC)
     dead_by_table: dict[str, int] = {}
     dead_total = 0
@@ -201,7 +200,7 @@ def print_tables(
 
     import pyarrow.compute as pc
 
-    state = State(config.state.path, config.name, writer_factory(config.target.writer))
+    state = State.of(config)
     tables = sorted(state.tables().values(), key=lambda t: t.id)
     names = [table_label((t.database, t.schema, t.table)) for t in tables]
     if not tables:

@@ -72,11 +72,15 @@ def key_range(
 class MirrorWriter(ABC):
     """One Delta table at ``path``. Every write may carry a :class:`Txn`; :meth:`applied_version` tells the
     newest version committed for an app id, so a replayed micro-batch can be skipped. ``properties`` are
-    the Delta table properties a table created by this writer gets (``delta.enableChangeDataFeed``)."""
+    the Delta table properties a table created by this writer gets (``delta.enableChangeDataFeed``);
+    ``description``, its Delta description (a mirror's real names: replicator.paths.description)."""
 
-    def __init__(self, path: str | Path, properties: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, path: str | Path, properties: Mapping[str, str] | None = None, description: str | None = None
+    ) -> None:
         self.path = str(path)
         self.properties = dict(properties or {})
+        self.description = description
 
     @abstractmethod
     def exists(self) -> bool: ...
@@ -142,6 +146,10 @@ class MirrorWriter(ABC):
         type Delta cannot alter in place). Older versions stay in the Delta history until vacuumed."""
         raise NotImplementedError(f"{type(self).__name__} cannot rewrite a table")
 
+    def describe(self, description: str) -> None:
+        """Set the table's Delta description (a renamed mirror's new names)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot set a description")
+
     def drop(self) -> None:
         """Delete the table (its whole directory)."""
         import shutil
@@ -158,6 +166,11 @@ class MirrorWriter(ABC):
 
 
 WriterFactory = Callable[..., MirrorWriter]  # (path, properties=None)
+
+
+def sql_string(text: str) -> str:
+    """A Spark SQL string literal of any text (backslash escapes are on by default)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def quote(name: str) -> str:

@@ -73,6 +73,7 @@ class DeltaRsWriter(MirrorWriter):
             mode="ignore",
             partition_by=list(partition_by) or None,
             configuration=self.properties or None,
+            description=self.description,
         )
 
     def add_columns(self, fields: Sequence[pa.Field]) -> None:
@@ -173,6 +174,9 @@ class DeltaRsWriter(MirrorWriter):
         table.create_write_transaction(
             [], mode="append", schema=table.schema(), commit_properties=_commit(txn)
         )
+
+    def describe(self, description: str) -> None:
+        self._table().alter.set_table_description(description)
 
     def overwrite(self, data: pa.Table, txn: Txn | None = None) -> None:
         from deltalake import write_deltalake

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 
-from replicator.sinks.base import MergeResult, MirrorWriter, Txn, key_range, quote
+from replicator.sinks.base import MergeResult, MirrorWriter, Txn, key_range, quote, sql_string
 
 JARS_MISSING = (
     "the delta-spark writer needs Delta Lake's Spark jars (io.delta:delta-spark) and the settings "
@@ -102,11 +102,20 @@ class DeltaSparkWriter(MirrorWriter):
         sql = f"CREATE TABLE IF NOT EXISTS {self._table_ref} ({columns}) USING delta"
         if partition_by:
             sql += f" PARTITIONED BY ({', '.join(_ident(c) for c in partition_by)})"
+        # The description holds names from messages: a SQL literal (quotes and backslashes escaped), never
+        # SQL text of its own; Delta keeps it as the table's 'comment'. Properties are literals too.
+        if self.description:
+            sql += f" COMMENT {sql_string(self.description)}"
         if self.properties:  # (with the table's first commit)
             sql += " TBLPROPERTIES ({})".format(
-                ", ".join(f"'{k}' = '{v}'" for k, v in sorted(self.properties.items()))
+                ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in sorted(self.properties.items()))
             )
         self.spark.sql(sql)
+
+    def describe(self, description: str) -> None:
+        self.spark.sql(
+            f"ALTER TABLE {self._table_ref} SET TBLPROPERTIES ('comment' = {sql_string(description)})"
+        )
 
     def add_columns(self, fields: Sequence[pa.Field]) -> None:
         from pyspark.sql.pandas.types import from_arrow_type

@@ -1,0 +1,2 @@
+"""Hostile input: what a forged producer or a careless operator can send, through the real engine
+(issue 34)."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from replicator import paths
 from replicator.apply.history.versions import (
     CDC_EVENT_TIME,
     CDC_OP,
@@ -52,18 +53,13 @@ SUFFIX = "__history"
 
 
 # ---- where ------------------------------------------------------------------------------------------------
-def _parts(table: TableId) -> list[str]:
-    database, schema, name = table
-    return [database, schema, name] if schema else [database, name]
-
-
 def history_path(mirror: str | Path) -> str:
     """The history table of the mirror at ``mirror``."""
     return f"{mirror}{SUFFIX}"
 
 
 def markers_root(state: State, table: TableId) -> Path:
-    return state.root.joinpath("history", *_parts(table))
+    return state.table_folder("history", table)
 
 
 # ---- one table's batch ------------------------------------------------------------------------------------
@@ -360,20 +356,25 @@ def _move(
 
     The markers move even when the old name has no history table yet: a TRUNCATE (or a delete) may be all
     it has seen, and a late event of the old name that the rename carries over must still meet it."""
-    target = Path(config.target.path)
-    source = writer(history_path(target.joinpath(*_parts(old))))
+    target = config.target.path
+    known = state.tables().get(old)  # a mirror made before replicator.paths may have its raw name
+    source = writer(history_path(known.mirror if known is not None else paths.table_path(target, old)))
     if source.exists():
-        moved = writer(history_path(target.joinpath(*_parts(new))))
+        moved = writer(history_path(paths.table_path(target, new)))
+        for path in (source.path, moved.path):
+            paths.ensure_inside(target, path, "move a history table")
         if moved.exists():
             done = moved.applied_version(state.txn(batch_id).app_id)
             if done is not None and done >= batch_id:
                 return
-            moved.move_to(f"{moved.path}.replaced-{batch_id}")
+            moved.move_to(paths.beside(moved.path, f".replaced-{batch_id}"))
         source.move_to(moved.path)
     markers, markers_to = markers_root(state, old), markers_root(state, new)
     if markers.exists():
+        for path in (markers, markers_to):
+            state.check_state_path(path, "move history markers")
         if markers_to.exists():
-            writer(markers_to).move_to(f"{markers_to}.replaced-{batch_id}")
+            writer(markers_to).move_to(paths.beside(markers_to, f".replaced-{batch_id}"))
         writer(markers).move_to(markers_to)
 
 
