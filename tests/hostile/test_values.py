@@ -1,0 +1,190 @@
+"""Hostile values (issue 34, items 4 and 5): a number of any length is stored exactly or becomes a dead
+letter naming its column, never a wrong value; one record (deep nesting, a 10,000-digit JSON number, a
+column name with backticks) never stops the job.
+
+Numbers go through the real engine on both typing paths: the driver's (TableApplier.typed) and the fold
+tasks' for a new table (replicator.fold.mirror_files, taken at TYPED_ON_EXECUTORS events of one table: the
+threshold is lowered here, as tests/test_typed_on_executors.py does, so a small batch takes it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from decimal import Decimal, localcontext
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replicator import engine
+from replicator.types import column_type, parse_values
+from tests.helpers import Runner, canal, job
+
+ES = 1_700_000_000_000
+LENGTHS = (100, 400, 1_000, 4_300, 10_000)
+# every numeric source type: column -> type text (unsigned types widen: bigint unsigned is decimal(20,0))
+NUMERIC = {
+    "t8": "tinyint(4)",
+    "t8u": "tinyint(3) unsigned",
+    "t16": "smallint(6)",
+    "t16u": "smallint(5) unsigned",
+    "t24": "mediumint(9)",
+    "t32": "int(11)",
+    "t32u": "int(10) unsigned",
+    "t64": "bigint(20)",
+    "t64u": "bigint(20) unsigned",
+    "d10_2": "decimal(10,2)",
+    "d18_4": "decimal(18,4)",
+    "d38_0": "decimal(38,0)",
+    "d38_10": "decimal(38,10)",
+    "d38_38": "decimal(38,38)",
+    "f": "float",
+    "d": "double",
+}
+
+
+# ---- the oracle: what a column of each type holds, from the text alone ----------------------------------
+
+
+def expected(text: str, source_type: str) -> Any:
+    """The value a column of ``source_type`` must hold for ``text``, or ``None`` when it cannot hold it
+    (a dead letter). Exact: Decimal reads any length of digits; no cast's overflow is involved."""
+    target = column_type(source_type).arrow
+    text = text.strip()
+    if pa.types.is_floating(target):
+        if not re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text):
+            return None
+        number = float(text)
+        if math.isinf(number) or (number == 0 and Decimal(text) != 0):
+            return None
+        return number
+    if pa.types.is_integer(target):
+        if not re.fullmatch(r"-?\d+", text):
+            return None
+        value = Decimal(text)
+        bits = target.bit_width
+        return int(value) if -(2 ** (bits - 1)) <= value < 2 ** (bits - 1) else None
+    if not re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text):
+        return None
+    value = Decimal(text)
+    with localcontext(prec=40_000, Emax=10**8, Emin=-(10**8)):
+        step = Decimal(1).scaleb(-target.scale)
+        if value != value.quantize(step) or abs(value) >= Decimal(10) ** (target.precision - target.scale):
+            return None
+        return value.quantize(step)
+
+
+def stored(text: str, source_type: str) -> Any:
+    """What parse_values makes of ``text``: the value, or None when it reports the row."""
+    typed, errors = parse_values(pa.array([text]), column_type(source_type).arrow)
+    assert len(errors) <= 1
+    value = typed.to_pylist()[0]
+    assert (value is None) == bool(errors)
+    return value
+
+
+def _digits(min_size: int = 0) -> st.SearchStrategy[str]:
+    return st.text(alphabet="0123456789", min_size=min_size, max_size=30)
+
+
+@st.composite
+def numbers(draw: st.DrawFn) -> str:
+    """Number text of any length: a few random digits around long runs of zeros or nines (up to 10,000),
+    leading zeros, fractions, exponents and signs."""
+    sign = draw(st.sampled_from(["", "-", "+"]))
+    run = draw(st.sampled_from("09")) * draw(
+        st.sampled_from([0, 0, 1, 17, 37, 38, 39, 100, 400, 4_300, 10_000])
+    )
+    lead = "0" * draw(st.sampled_from([0, 0, 1, 50, 5_000]))
+    whole = lead + draw(_digits(1)) + (run if draw(st.booleans()) else "")
+    text = sign + whole
+    if draw(st.booleans()):
+        text += "." + draw(_digits()) + (run if draw(st.booleans()) else "")
+    if draw(st.integers(0, 4)) == 0:
+        text += draw(st.sampled_from("eE")) + str(draw(st.integers(-400, 400)))
+    return text
+
+
+@settings(max_examples=300)
+@given(text=numbers(), source_type=st.sampled_from(sorted(set(NUMERIC.values()))))
+def test_a_number_of_any_length_is_stored_exactly_or_refused(text, source_type):
+    want = expected(text, source_type)
+    got = stored(text, source_type)
+    assert got == want, (text[:80], len(text), source_type)
+
+
+def small(source_type: str, length: int) -> str:
+    """A small number every column of the type holds, written with ``length`` zeros around it."""
+    if "int" in source_type:
+        return "0" * length + "7"
+    if source_type == "decimal(38,38)":
+        return "0" * length + ".5" + "0" * length
+    return "0" * length + "7." + "0" * length
+
+
+@pytest.mark.parametrize("source_type", sorted(set(NUMERIC.values())))
+@pytest.mark.parametrize("length", LENGTHS)
+def test_long_numbers_never_wrap(source_type, length):
+    """The reported cases: 1 and zeros, nines, negative nines, a tiny fraction: refused (but for a double
+    of 100 digits, which holds them); the same digits behind zeros stored as the small number they are."""
+    for text in hostile(length):
+        assert stored(text, source_type) == expected(text, source_type), (text[:20], length, source_type)
+        assert expected(text, source_type) is None or (source_type in ("float", "double") and length < 309)
+    text = small(source_type, length)
+    assert stored(text, source_type) == expected(text, source_type) is not None
+
+
+def hostile(length: int) -> tuple[str, ...]:
+    return ("1" + "0" * (length - 1), "9" * length, "-" + "9" * length, "0." + "0" * length + "1")
+
+
+# ---- through the engine, on both typing paths -------------------------------------------------------------
+
+_keys = itertools.count(1)
+
+
+def number_messages() -> tuple[list[dict[str, Any]], dict[int, Any], dict[tuple[int, int], str]]:
+    """One message per (column, length): four numbers no column holds and one it does. Returns the
+    messages, the stored value expected per key, and the column of each row that must be a dead letter
+    (by line and row of the message)."""
+    types = {"id": "bigint(20)", **NUMERIC}
+    messages, good, bad = [], {}, {}
+    es = itertools.count(ES)
+    line = itertools.count(1)
+    for column, source_type in NUMERIC.items():
+        for length in LENGTHS:
+            rows, at = [], next(line)
+            for text in (*hostile(length), small(source_type, length)):
+                value = expected(text, source_type)
+                key = next(_keys)
+                if value is None:
+                    bad[(at, len(rows))] = column
+                else:
+                    good[key] = (column, value)
+                rows.append({"id": str(key), column: text})
+            messages.append(canal("INSERT", rows, es=next(es), table="numbers", types=types))
+    return messages, good, bad
+
+
+@pytest.mark.parametrize("threshold", [10**9, 1], ids=["driver", "executors"])
+def test_long_numbers_through_the_engine(spark, tmp_path, monkeypatch, threshold):
+    monkeypatch.setattr(engine, "TYPED_ON_EXECUTORS", threshold)
+    messages, good, bad = number_messages()
+    runner = Runner(spark, job(tmp_path))
+    summary = runner.messages(tmp_path, messages)
+    rows = {r["id"]: r for r in runner.mirror(table="numbers")}
+    assert sorted(rows) == sorted(good)
+    for key, (column, value) in good.items():
+        assert rows[key][column] == value
+        assert all(v is None for c, v in rows[key].items() if c not in ("id", column))
+    dead = runner.dead_letters()
+    assert summary.dead_letters == len(dead) == len(bad)
+    assert sorted((d["offset"], d["row"]) for d in dead) == sorted(bad)
+    for letter in dead:
+        assert f"column '{bad[(letter['offset'], letter['row'])]}'" in letter["error"], letter["error"][:200]
+        assert "does not fit" in letter["error"]
+        assert len(letter["error"]) < 400  # the value is cut in the message, not 10,000 digits long
