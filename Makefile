@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fast e2e lint format bench soak clean
+.PHONY: install demo test test-fast e2e lint format bench soak fuzz clean
 
 install: $(STAMP) ## create .venv with the `replicator` command and the dev tools
 
@@ -44,18 +44,24 @@ e2e: install ## end to end: MariaDB -> Debezium (Kafka Connect) -> Kafka -> repl
 	$(BIN)/python -m pytest -q -m e2e
 
 lint: install
-	$(BIN)/ruff check replicator tests benchmarks jobs
-	$(BIN)/ruff format --check replicator tests benchmarks jobs
+	$(BIN)/ruff check replicator tests benchmarks jobs fuzz
+	$(BIN)/ruff format --check replicator tests benchmarks jobs fuzz
 
 format: install
-	$(BIN)/ruff format replicator tests benchmarks jobs
-	$(BIN)/ruff check --fix replicator tests benchmarks jobs
+	$(BIN)/ruff format replicator tests benchmarks jobs fuzz
+	$(BIN)/ruff check --fix replicator tests benchmarks jobs fuzz
 
 soak: install ## long randomized runs: many hypothesis examples through the real engine (not in `make test`)
 	@# New random examples each run; the seed is printed (first and last): HYPOTHESIS_SEED=N repeats a run.
 	HYPOTHESIS_PROFILE=soak HYPOTHESIS_SEED=$(HYPOTHESIS_SEED) $(BIN)/python -m pytest -q --timeout 7200 \
 	  tests/test_properties.py tests/test_bad_input.py tests/test_crash.py
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
+
+# Coverage-guided fuzzing (atheris) of the decode entry point, one target per dialect and `auto`, each for
+# FUZZ_SECONDS; work files and any failing input in fuzz-out/<dialect>/ (docs/operations.md, "Fuzzing").
+FUZZ_SECONDS ?= 60
+fuzz: install ## fuzz every dialect's decoding for FUZZ_SECONDS each (default 60)
+	$(BIN)/python fuzz/decode.py --dialect all --seconds $(FUZZ_SECONDS)
 
 bench: install ## the benchmarks of docs/performance.md (about 60 minutes); results in bench-out/*/result.json
 	$(BIN)/python -m compileall -q replicator jobs  # as installed: the bytecode of the current sources
@@ -77,4 +83,4 @@ bench: install ## the benchmarks of docs/performance.md (about 60 minutes); resu
 	$(BIN)/python benchmarks/history.py --batches 4 --events 50000 --keys 20000
 
 clean:
-	rm -rf demo-out bench-out .pytest_cache spark-warehouse
+	rm -rf demo-out bench-out fuzz-out .pytest_cache spark-warehouse

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -336,6 +337,7 @@ def parse_values(
 ) -> tuple[pa.Array, list[ValueError_]]:
     """Canonical text -> ``target``. Returns the typed array and the rows whose value does not fit."""
     values = values.cast(pa.string()) if values.type != pa.string() else values
+    original = values
     if pa.types.is_string(target) or pa.types.is_large_string(target):
         return values, []
     errors: list[ValueError_] = []
@@ -365,10 +367,121 @@ def parse_values(
         def convert(v: pa.Array) -> pa.Array:
             return pc.cast(pc.utf8_trim_whitespace(v), target, safe=True)
 
+    refused: list[int] = []
+    if pa.types.is_decimal(target) or pa.types.is_integer(target):
+        values, refused = _exact_numbers(values, target)
     typed, bad = _convert(values, convert, target)
-    items = values.to_pylist() if bad else []
-    errors.extend(ValueError_(i, f"value {items[i]!r} does not fit {target}") for i in bad)
+    if pa.types.is_floating(target):
+        typed, out_of_range = _finite_floats(values, typed)
+        bad = sorted({*bad, *out_of_range})
+    bad = sorted({*bad, *refused})
+    if bad:
+        items = original.to_pylist()
+        errors.extend(ValueError_(i, f"value {shown(items[i])} does not fit {target}") for i in bad)
     return typed, errors
+
+
+def shown(value: str | None, limit: int = 60) -> str:
+    """A value for an error message: its repr, cut (with its length) when long, so that one 10,000-digit
+    value does not make a 10 KB message."""
+    if value is None or len(value) <= limit:
+        return repr(value)
+    return f"{value[: limit - 20]!r}... ({len(value):,} characters)"
+
+
+# Arrow's text -> decimal cast reads the digits into a 128-bit integer and rescales it without checking
+# for overflow (pyarrow 26: 400 nines into decimal(10,2) gave -1.00, a 1 and 399 zeros 0.00; 100 digits
+# into decimal(38,0) a wrong 38-digit number; "239" into decimal(38,38) 0.80234...). Text of at most 38
+# characters has at most 38 digits, which a 128-bit integer holds, and when its whole part fits the
+# column the rescaled value does too: the cast's own checks are then exact. Other text (longer, an
+# exponent, a whole part too wide) is read here, exactly, and handed to the cast as its short canonical
+# form, or refused.
+_TRUSTED_LENGTH = 38
+_NUMBER = re.compile(r"([+-]?)(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?")
+_INTEGER = re.compile(r"(-?)(\d+)")  # what Arrow's text -> integer cast reads (no "+", no exponent)
+
+
+def _exact_numbers(values: pa.Array, target: pa.DataType) -> tuple[pa.Array, list[int]]:
+    """Rows Arrow's cast cannot be trusted with (long text, exponents) -> their canonical short text, or
+    NULL and their row index when the number does not fit ``target`` (or is not a number)."""
+    trimmed = pc.utf8_trim_whitespace(values)
+    suspect = pc.greater(pc.utf8_length(trimmed), _TRUSTED_LENGTH)
+    if pa.types.is_decimal(target):
+        # Its rescaling overflows too ("239" into decimal(38,38) gave 0.80234...): only text whose whole
+        # part fits is left to it.
+        whole = pc.replace_substring_regex(trimmed, r"(?s)^[+-]?0*(\d*).*$", r"\1")
+        too_wide = pc.greater(pc.utf8_length(whole), target.precision - target.scale)
+        suspect = pc.or_(pc.or_(suspect, too_wide), pc.match_substring_regex(trimmed, "[eE]"))
+    suspect = pc.fill_null(suspect, False)
+    if not pc.any(suspect).as_py():
+        return values, []
+    items = trimmed.to_pylist()
+    bad: list[int] = []
+    for i in pc.indices_nonzero(suspect).to_pylist():
+        text = _canonical(items[i], target)
+        if text is None:
+            bad.append(i)
+        items[i] = text
+    return pa.array(items, pa.string()), bad
+
+
+def _canonical(text: str, target: pa.DataType) -> str | None:
+    """A number's plain decimal text of at most 38 digits when it fits ``target`` exactly, else None.
+    Works on the digit string alone: no conversion of a long text to an int or a Decimal context."""
+    if pa.types.is_decimal(target):
+        match = _NUMBER.fullmatch(text)
+        if match is None or not (match.group(2) or match.group(3)):
+            return None
+        sign, whole, fraction, exponent = match.group(1), match.group(2), match.group(3) or "", match.group(4)
+        precision, scale = target.precision, target.scale
+    else:
+        match = _INTEGER.fullmatch(text)
+        if match is None:
+            return None
+        sign, whole, fraction, exponent = match.group(1), match.group(2), "", None
+        precision, scale = 20, 0  # a 64-bit integer has at most 19 digits; the cast checks the range
+    digits = (whole + fraction).lstrip("0")
+    if not digits:
+        return "0"
+    # value = digits * 10**power, digits without trailing zeros
+    stripped = digits.rstrip("0")
+    power = len(digits) - len(stripped) - len(fraction)
+    if exponent is not None:
+        if len(exponent.lstrip("+-").lstrip("0")) > 6:  # |exponent| >= 10**6: far beyond 38 digits
+            return None
+        power += int(exponent)
+    if power < -scale or len(stripped) + power > precision - scale:
+        return None
+    if power >= 0:
+        return sign + stripped + "0" * power
+    whole_digits = stripped[:power].rjust(1, "0")
+    return f"{sign}{whole_digits}.{stripped[power:].rjust(-power, '0')}"
+
+
+_INFINITY = re.compile(r"[+-]?inf(inity)?", re.IGNORECASE)
+_NONZERO_MANTISSA = re.compile(r"[+-]?[0.]*[1-9]")
+
+
+def _finite_floats(texts: pa.Array, typed: pa.Array) -> tuple[pa.Array, list[int]]:
+    """A double parsed from text is refused when the text is a finite number that overflowed to
+    infinity (``1`` and 400 zeros) or a non-zero one that underflowed to zero (``1e-400``): the column
+    cannot hold it. Infinity written as such (PostgreSQL's ``Infinity``) stays."""
+    inf = pc.fill_null(pc.is_inf(typed), False)
+    zero = pc.fill_null(pc.equal(typed, 0), False)
+    suspect = pc.or_(inf, zero)
+    if not pc.any(suspect).as_py():
+        return typed, []
+    items = pc.utf8_trim_whitespace(texts).to_pylist()
+    numbers = typed.to_pylist()
+    bad = []
+    for i in pc.indices_nonzero(suspect).to_pylist():
+        text = items[i]
+        underflow = numbers[i] == 0 and _NONZERO_MANTISSA.match(text) is not None
+        overflow = numbers[i] != 0 and _INFINITY.fullmatch(text) is None
+        if underflow or overflow:
+            bad.append(i)
+    refuse = pa.array(np.isin(np.arange(len(typed)), bad))
+    return pc.if_else(refuse, pa.scalar(None, typed.type), typed), bad
 
 
 def type_images(

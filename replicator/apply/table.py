@@ -346,7 +346,7 @@ class TableApplier:
             )
             .when_matched_delete(predicate=f"s.{CDC_OP} <> 'delete' AND {newer}")
             .when_not_matched_insert(
-                updates={k: f"s.{quote(k)}" for k in [*key, CDC_SEQ, TOMBSTONE_DELETED_AT]},
+                updates={quote(k): f"s.{quote(k)}" for k in [*key, CDC_SEQ, TOMBSTONE_DELETED_AT]},
                 predicate=f"s.{CDC_OP} = 'delete'",
             )
             .execute()
@@ -379,7 +379,7 @@ class TableApplier:
                     state.full(_position(r["base_seq"]), None if full is None else documents.loads(full))
                 for patch, seq in zip(r["patches"] or [], r["patch_seqs"] or [], strict=True):
                     state.patch(_position(seq), documents.loads(patch))
-            except (documents.PatchError, ValueError) as exc:
+            except (documents.PatchError, ValueError, RecursionError) as exc:  # RecursionError: too deep
                 dead.append(self._dead(rows, i, f"document patch failed: {exc}"))
                 keep.append(False)
                 continue

@@ -44,7 +44,7 @@ def _spans(raw: bytes) -> tuple[list[tuple[int, int]], list[Any]] | None:
     while True:
         try:
             value, end = _DECODER.raw_decode(text, at)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, an integer too long, nested too deeply
             return None
         if ascii_only:
             spans.append((at, end))

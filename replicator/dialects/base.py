@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from replicator.dialects.arrays import Document, Element
 from replicator.dialects.events import At, Events
-from replicator.dialects.jsontext import Inexact, loads, loads_exact
+from replicator.dialects.jsontext import TOO_DEEP, Inexact, Refused, loads, loads_exact
 from replicator.dialects.record_keys import keys_from_record_key
 
 if TYPE_CHECKING:
@@ -200,6 +200,9 @@ class Decoder:
             if not raw:
                 raise ValueError("empty")
             document = loads(raw)
+        except Refused as exc:  # JSON, but nested too deeply or with an integer no column holds
+            out.fail(at, self.fixed.name if self.fixed else None, str(exc))
+            return
         except ValueError:
             if not self._elements_apart(raw, at, out):
                 out.fail(at, None, (NOT_JSON + _lines_hint(raw)) if _utf8(raw) else NOT_UTF8)
@@ -271,6 +274,12 @@ class Decoder:
                     dialect.decode(exact, at, out)
                     if at.key is not None:
                         keys_from_record_key(at.key, out, mark)
+        except Refused as exc:  # the exact parse refused the message: the reason, as for the first parse
+            out.rollback(mark)
+            out.fail(at, dialect.name, str(exc))
+        except RecursionError:  # a value nested too deeply for the dialect's (recursive) reading of it
+            out.rollback(mark)
+            out.fail(at, dialect.name, TOO_DEEP)
         except Exception as exc:  # a shape the dialect did not foresee: a dead letter, not a crash
             out.rollback(mark)
             out.fail(at, dialect.name, f"cannot decode the message ({type(exc).__name__}: {exc})")

@@ -101,8 +101,8 @@ def read_records(
     for raw, source, partition, offset, key in records:
         try:
             m = decode(raw)  # type: ignore[arg-type]
-        except (ValueError, TypeError):  # DecodeError, ValidationError, bad UTF-8; TypeError: no bytes
-            m = None
+        except (ValueError, TypeError, RecursionError):  # DecodeError, ValidationError, bad UTF-8;
+            m = None  # TypeError: no bytes; RecursionError: nested too deeply (the general path says so)
         if m is not None:
             op = PLAIN_OPS.get(m.type)
             data = m.data

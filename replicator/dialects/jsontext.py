@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 import orjson
@@ -26,18 +27,49 @@ class Num(str):
     __slots__ = ()
 
 
+class Refused(ValueError):
+    """JSON the engine does not read, with the reason (the record's dead letter says it, not "not JSON")."""
+
+
+# orjson refuses documents nested deeper than 1024 levels; the standard library's parser (the exact one)
+# and msgspec recurse in Python and raise RecursionError at about 1,000 (the interpreter's recursion
+# limit, less the caller's frames), which is no ValueError: caught, it is this refusal.
+MAX_DEPTH = 1024
+TOO_DEEP = f"arrays or objects nested too deeply to read (orjson's limit: {MAX_DEPTH} levels, ~1,000 exactly)"
+
+
+def too_long() -> str:
+    return (
+        f"a JSON integer of more than {sys.get_int_max_str_digits():,} digits (Python's limit for"
+        " integers): no column holds it"
+    )
+
+
 def loads(raw: bytes | memoryview | str) -> Any:
     """orjson (which reads an integer beyond 64 bits as a float: Inexact sends it to the exact parser)."""
     try:
         return orjson.loads(raw)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc):  # orjson's own words (orjson 3.x): its nesting limit
+            raise Refused(TOO_DEEP) from None
         # raises ValueError (UnicodeDecodeError included) when not JSON
         return loads_exact(bytes(raw) if isinstance(raw, memoryview) else raw)
 
 
 def loads_exact(raw: bytes | str) -> Any:
-    """The standard library's parser, numbers with a fraction or exponent kept as :class:`Num`."""
-    return unicode_only(raw, json.loads(raw, parse_float=Num))
+    """The standard library's parser, numbers with a fraction or exponent kept as :class:`Num`. Raises
+    ValueError when not JSON, :class:`Refused` for JSON nested too deeply or an integer too long for
+    Python's ``int`` (the parser raises a plain ValueError, not JSONDecodeError, for it)."""
+    try:
+        return unicode_only(raw, json.loads(raw, parse_float=Num))
+    except RecursionError:
+        raise Refused(TOO_DEEP) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:
+        if isinstance(exc, UnicodeDecodeError) or "surrogate" in str(exc):
+            raise
+        raise Refused(too_long()) from None
 
 
 # A \u escape of a UTF-16 surrogate (D800-DFFF): half of a pair, or a lone one.

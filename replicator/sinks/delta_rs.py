@@ -109,6 +109,9 @@ class DeltaRsWriter(MirrorWriter):
         batch = batch.sort_by([(k, "ascending") for k in key])
         newer = f"s.{quote(seq_column)} {'>=' if ties else '>'} t.{quote(seq_column)}"
         is_delete = f"s.{quote(op_column)} = 'delete'"
+        # Every column named and quoted: delta-rs's update_all/insert_all write the names into expressions
+        # unquoted, and a column name with a backtick (from a message) failed the MERGE on every rerun.
+        columns = {quote(c): f"s.{quote(c)}" for c in batch.column_names}
         table = self._table()
         before = table.version()
         metrics = (
@@ -116,8 +119,8 @@ class DeltaRsWriter(MirrorWriter):
                 batch, predicate=on, source_alias="s", target_alias="t", commit_properties=_commit(txn)
             )
             .when_matched_delete(predicate=f"{is_delete} AND {newer}")
-            .when_matched_update_all(predicate=f"NOT ({is_delete}) AND {newer}")
-            .when_not_matched_insert_all(predicate=f"NOT ({is_delete})")
+            .when_matched_update(updates=columns, predicate=f"NOT ({is_delete}) AND {newer}")
+            .when_not_matched_insert(updates=columns, predicate=f"NOT ({is_delete})")
             .execute()
         )
         if txn is not None and table.version() == before:  # execute() advances the handle it ran on

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 
-from replicator.sinks.base import MergeResult, MirrorWriter, Txn, key_range, quote, sql_string
+from replicator.sinks.base import MergeResult, MirrorWriter, Txn, key_range, sql_string
 
 JARS_MISSING = (
     "the delta-spark writer needs Delta Lake's Spark jars (io.delta:delta-spark) and the settings "
@@ -151,18 +151,23 @@ class DeltaSparkWriter(MirrorWriter):
             return MergeResult()
         view = f"replicator_merge_{abs(hash(self.path))}"
         self._frame(batch).createOrReplaceTempView(view)
-        on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}".replace('"', "`") for k in key)
+        on = " AND ".join(f"t.{_ident(k)} = s.{_ident(k)}" for k in key)
         bounds = key_range(batch, key, ident=_ident)
         if bounds:  # file skipping on the key range (base.key_range)
             on = f"{on} AND {bounds}"
         newer = f"s.{_ident(seq_column)} {'>=' if ties else '>'} t.{_ident(seq_column)}"
         is_delete = f"s.{_ident(op_column)} = 'delete'"
+        # Every column named and quoted: Delta's SET * / INSERT * resolve the names unquoted, and a column
+        # name with a backtick (from a message) failed the MERGE on every rerun.
+        names = [_ident(c) for c in batch.column_names]
+        update = ", ".join(f"t.{n} = s.{n}" for n in names)
+        insert = f"({', '.join(names)}) VALUES ({', '.join(f's.{n}' for n in names)})"
         with self._txn(txn):
             metrics = self.spark.sql(
                 f"MERGE INTO {self._table_ref} t USING {view} s ON {on} "
                 f"WHEN MATCHED AND {is_delete} AND {newer} THEN DELETE "
-                f"WHEN MATCHED AND NOT ({is_delete}) AND {newer} THEN UPDATE SET * "
-                f"WHEN NOT MATCHED AND NOT ({is_delete}) THEN INSERT *"
+                f"WHEN MATCHED AND NOT ({is_delete}) AND {newer} THEN UPDATE SET {update} "
+                f"WHEN NOT MATCHED AND NOT ({is_delete}) THEN INSERT {insert}"
             ).collect()
         row = metrics[0].asDict() if metrics else {}
         return MergeResult(

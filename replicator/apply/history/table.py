@@ -236,7 +236,7 @@ class HistoryTable:
         bounds = key_range(source, self.key)
         if bounds:
             on = f"{on} AND {bounds}"
-        columns = {c: f"s.{quote(c)}" for c in schema.names}
+        columns = {quote(c): f"s.{quote(c)}" for c in schema.names}  # names quoted as keys too
         (
             DeltaTable(self.history.path)
             .merge(source, predicate=on, source_alias="s", target_alias="t", commit_properties=_commit(txn))
