@@ -78,8 +78,9 @@ def test_the_driver_plans_typing_from_the_threshold(spark, tmp_path, monkeypatch
     monkeypatch.setattr(runner.engine, "_typing", lambda *a: planned.append(real(*a)) or planned[-1])
     runner.messages(tmp_path, frame_events)
     expected = [("shop", None, "orders")] if events >= 10 else []
-    assert [[t for t, _schema in typing] for typing, _writes in planned] == [expected]
-    assert [writes for _typing, writes in planned] == [()]  # the table has a mirror: the driver MERGEs
+    assert [[t for t, _schema in typing] for typing, _writes, _stages in planned] == [expected]
+    # the table has a mirror: the driver MERGEs (delta-rs stages nothing)
+    assert [(writes, stages) for _typing, writes, stages in planned] == [((), ())]
     assert runner.mirror()[0]["name"] == f"v{events - 1}"
 
 
