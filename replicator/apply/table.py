@@ -565,6 +565,7 @@ class TableApplier:
             self.mirror.mark(txn)  # (a MERGE that changed nothing may commit nothing)
         assert self.work.files is not None
         self._advance_files(self.work.files)
+        self._applied(txn)
         self.result.state = self.table_state
         return self.result
 
