@@ -9,12 +9,15 @@ Idempotent commits use Delta's ``txnAppId`` / ``txnVersion`` (session settings f
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from contextlib import contextmanager
 
 import pyarrow as pa
 
 from replicator.sinks.base import MergeResult, MirrorWriter, Txn, key_range, sql_string
+
+_TXN_LOCK = threading.Lock()
 
 JARS_MISSING = (
     "the delta-spark writer needs Delta Lake's Spark jars (io.delta:delta-spark) and the settings "
@@ -63,15 +66,19 @@ class DeltaSparkWriter(MirrorWriter):
 
     @contextmanager
     def _txn(self, txn: Txn | None):  # type: ignore[no-untyped-def]
-        conf = self.spark.conf
-        if txn is not None:
-            conf.set("spark.databricks.delta.write.txnAppId", txn.app_id)
-            conf.set("spark.databricks.delta.write.txnVersion", str(txn.version))
-        try:
-            yield
-        finally:
-            conf.unset("spark.databricks.delta.write.txnAppId")
-            conf.unset("spark.databricks.delta.write.txnVersion")
+        # The app transaction is a setting of the session, which the engine's apply threads share: one write
+        # at a time, or a table's write without one unset another's before its commit (seen: a mirror's log
+        # without its batch, then StateDamaged at the next batch).
+        with _TXN_LOCK:
+            conf = self.spark.conf
+            if txn is not None:
+                conf.set("spark.databricks.delta.write.txnAppId", txn.app_id)
+                conf.set("spark.databricks.delta.write.txnVersion", str(txn.version))
+            try:
+                yield
+            finally:
+                conf.unset("spark.databricks.delta.write.txnAppId")
+                conf.unset("spark.databricks.delta.write.txnVersion")
 
     def exists(self) -> bool:
         from deltalake import DeltaTable
