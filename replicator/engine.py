@@ -101,6 +101,7 @@ class BatchWork:
     started: float | None  # None: not recorded as a batch (replayed events)
     folded: dict[TableId, pa.Table] = field(default_factory=dict)
     files: dict[TableId, pa.Table] = field(default_factory=dict)  # written by the fold tasks (mirror_files)
+    stages: dict[TableId, str] = field(default_factory=dict)  # their folder when staged (FoldPlan.stages)
     registry: dict[TableId, TableState] = field(default_factory=dict)
     activity: dict[TableId, Any] = field(default_factory=dict)
     by_table: dict[TableId, list[dict[str, Any]]] = field(default_factory=dict)
@@ -342,7 +343,7 @@ class Engine:
             dml_tables = {
                 (g["database"], g["schema"], g["table"]) for g in groups if g["ok"] and g["op"] in DML_OPS
             }
-            typing, writes = self._typing(batch, groups, selected, by_table, links, registry, types)
+            typing, writes, stages = self._typing(batch, groups, selected, by_table, links, registry, types)
             plan = FoldPlan(
                 keys=tuple((t, tuple(k)) for t, k in selected.items() if t in dml_tables),
                 barriers=tuple(barriers),
@@ -351,10 +352,12 @@ class Engine:
                 spill=batch.plan.spill,
                 typing=typing,
                 writes=writes,
+                stages=stages,
                 timezone=self.options.timezone,
                 zero_dates=self.options.zero_dates,
             )
             work.folded, work.files = fold_batch(batch.frame.sparkSession, batch.index, plan)
+            work.stages = dict(stages)
             phases.lap("fold")
         except BaseException:
             if work.changelog is not None:
@@ -529,6 +532,7 @@ class Engine:
                 rows = no_changes() if rows is None else rows
                 work.append(self._table_batch(table, rows, by_table, types, keys, registry, activity))
                 work[-1].files = batch.files.get(table)
+                work[-1].stage = batch.stages.get(table) if work[-1].files is not None else None
             del rows
         seen = {w.table for w in work}
         for table in sorted(set(by_table) - seen, key=table_order):
@@ -571,7 +575,7 @@ class Engine:
                 table = (g["database"], g["schema"], g["table"])
                 events[table] = events.get(table, 0) + g["n"]
         renamed = {t for link in links for t in link[:2]}
-        typing, writes = [], []
+        typing, writes, stages = [], [], []
         for table in sorted(selected, key=table_order):
             known = registry.get(table)
             planned = events.get(table, 0) >= TYPED_ON_EXECUTORS and table not in by_table
@@ -587,7 +591,9 @@ class Engine:
             mirror = self.writer(known.mirror, self.config.target.mirror_properties())
             if mirror.exists():
                 typing.append((table, mirror.schema()))
-        return tuple(typing), tuple(writes)
+                if mirror.merges_staged:  # its upserts staged in the batch's folder, MERGEd from there
+                    stages.append((table, _stage_folder(batch.plan.spill, len(stages))))
+        return tuple(typing), tuple(writes), tuple(stages)
 
     def _created(
         self, table: TableId, key: list[str], types: dict[str, str], seen: list[str]
@@ -782,6 +788,17 @@ def _unkeyed(rows: pa.Table) -> list[DeadRow]:
         )
         for r in rows.to_pylist()
     ]
+
+
+def _stage_folder(spill: str, index: int) -> str:
+    """A folder of the batch's for a table's staged upserts (FoldPlan.stages), made now: the fold tasks
+    write into it, the MERGE reads it, the batch's end removes it with the batch's folder."""
+    from pyarrow import fs
+
+    uri = f"{payload.folder_uri(spill)}/staged/{index}"
+    filesystem, root = fs.FileSystem.from_uri(uri)
+    filesystem.create_dir(root, recursive=True)
+    return uri
 
 
 def _clear(folder: str) -> None:

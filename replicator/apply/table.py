@@ -32,7 +32,7 @@ from replicator.model import (
     seq_text,
     table_label,
 )
-from replicator.sinks.base import MergeResult, MirrorWriter, Txn, quote
+from replicator.sinks.base import MergeResult, MirrorWriter, Txn, key_range, quote
 from replicator.state import State, TableState
 from replicator.types import REST, TYPE_ERROR, TYPED, cdc_columns, column_type, type_images
 
@@ -94,6 +94,9 @@ class TableBatch:
     bulk: bool = False  # snapshot rows of a loading table: append when safe (replicator.apply.phases)
     # Files of upserts the fold tasks wrote to the mirror's folder (replicator.fold.mirror_files), to commit
     files: pa.Table | None = None
+    # Their folder when they were staged for a writer that MERGEs from files (FoldPlan.stages), not written
+    # into the mirror's folder
+    stage: str | None = None
 
 
 @dataclass
@@ -454,6 +457,8 @@ class TableApplier:
                         self.update_tombstones(typed)
                         self._advance(typed)
                 if self.work.files is not None:  # (this try's files are orphans: never committed)
+                    if self.work.stage is not None:  # tombstones of resurrected keys, written again
+                        self._staged(txn, merge=False)
                     self._advance_files(self.work.files)
                 self._applied(txn)
                 self.result.state = self.table_state
@@ -461,6 +466,8 @@ class TableApplier:
         # The applier owns the rows from here: their images are freed once typed, before the MERGE (its
         # memory peak on the driver; measured on the 5M catch-up, ~0.2 GB of maps per 300k rows).
         rows, self.work.rows = self.work.rows, self.work.rows.slice(0, 0)
+        if self.work.files is not None and self.work.stage is not None:
+            return self.commit_staged(rows, txn)
         if self.work.files is not None:
             return self.commit_files(rows, txn)
         barriers = self.work.barriers
@@ -541,6 +548,52 @@ class TableApplier:
         self._applied(txn)
         self.result.state = self.table_state
         return self.result
+
+    def commit_staged(self, rows: pa.Table, txn: Txn) -> TableResult:
+        """A table whose upserts the fold tasks staged as files (no barrier in its batch): they are MERGEd
+        from there on the executors (MirrorWriter.merges_staged), guarded by sequence, horizon and
+        tombstones as the driver's rows; ``rows`` are its other net changes (deletes, rows with a value that
+        does not fit, rows with columns the mirror lacks), applied as always. A key has one net change, so
+        the two MERGEs touch different keys; the batch's app transaction goes with the last. A replay
+        redoes the first: its guard by sequence makes it a no-op."""
+        typed = self.prepare_rows(rows) if rows.num_rows else None  # (new columns added first)
+        del rows
+        self._staged(None if typed is not None else txn, merge=True)
+        if typed is not None:
+            self.commit_rows(typed, txn)
+        elif (self.mirror.applied_version(txn.app_id) or -1) < txn.version:
+            self.mirror.mark(txn)  # (a MERGE that changed nothing may commit nothing)
+        assert self.work.files is not None
+        self._advance_files(self.work.files)
+        self._applied(txn)
+        self.result.state = self.table_state
+        return self.result
+
+    def _staged(self, txn: Txn | None, *, merge: bool) -> None:
+        """MERGE the staged upserts (``merge``), and remove the tombstones of the keys they bring back."""
+        from replicator.sinks.delta_spark import guard_tombstones
+
+        files, stage = self.work.files, self.work.stage
+        assert files is not None and stage is not None
+        key = self._key()
+        paths = [f"{stage}/{p}" for p in files["path"].to_pylist()]
+        if gone := mirror_files.missing(stage, files):
+            raise FileNotFoundError(
+                f"{gone[0]}: a fold task wrote it, the driver does not see it; on a cluster, state.path "
+                "must be storage the executors and the driver share (docs/operations.md)"
+            )
+        mirror = self.mirror
+        frame = mirror.staged_frame(paths, self.table_state.truncate_seq, CDC_SEQ)  # type: ignore[attr-defined]
+        tombs = self.state.tombstones(self.work.table)
+        frame, back = guard_tombstones(frame, tombs.path, key, CDC_SEQ, CDC_EVENT_TIME)
+        if merge:
+            bounds = _file_bounds(files, key)
+            merged = mirror.merge_frame(frame, bounds, key, CDC_SEQ, CDC_OP, txn)  # type: ignore[attr-defined]
+            self.result.merged = self.result.merged + merged
+        if back is not None and back.num_rows:
+            back = back.append_column(CDC_OP, pa.repeat(pa.scalar("update"), back.num_rows))
+            self._tombstoned = None  # (every row of ``back`` had a tombstone)
+            self.update_tombstones(back)
 
     def prepare_rows(self, part: pa.Table) -> pa.Table | None:
         """A segment's net changes -> typed rows for the mirror, past the table's horizon and tombstones
@@ -634,6 +687,24 @@ class TableApplier:
             self.mirror.delete_where(f"{CDC_SEQ} < '{seq_text}'", None)
         if (self.table_state.truncate_seq or "") < seq_text:
             self.table_state = replace(self.table_state, truncate_seq=seq_text)
+
+
+def _file_bounds(files: pa.Table, key: list[str]) -> str | None:
+    """The MERGE's key range (base.key_range) from the staged files' statistics (mirror_files.stats)."""
+    import json
+
+    from replicator.sinks.delta_spark import _ident
+
+    low, high = [], []
+    for text in files["stats"].to_pylist():
+        stats = json.loads(text)
+        if key[0] not in stats["minValues"]:
+            return None
+        low.append(stats["minValues"][key[0]])
+        high.append(stats["maxValues"][key[0]])
+    if not low:
+        return None
+    return key_range(pa.table({key[0]: [min(low), max(high)]}), key[:1], ident=_ident)
 
 
 def append_snapshot(applier: TableApplier, typed: pa.Table, txn: Txn | None) -> bool:

@@ -58,6 +58,9 @@ class FoldPlan:
     # Tables of ``typing`` created for this batch, with their folder's URI: their upserts are written there
     # as Parquet files (replicator.fold.mirror_files), not sent to the driver.
     writes: tuple[tuple[TableId, str], ...] = ()
+    # Tables of ``typing`` whose upserts are staged the same way in a folder of the batch (URI), for a writer
+    # that MERGEs from files on the executors (MirrorWriter.merges_staged): the rows stay off the driver.
+    stages: tuple[tuple[TableId, str], ...] = ()
     timezone: str = "UTC"
     zero_dates: str = "null"
 
@@ -122,7 +125,7 @@ def fold_buckets(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
     payload.freeze_heap()
     keys = {t: list(k) for t, k in plan.keys}
     typing = dict(plan.typing)
-    writes = dict(plan.writes)
+    writes = {**dict(plan.stages), **dict(plan.writes)}
     for _kind, group, listing in payload.items(batches):
         events = _group_events(plan, group, listing)
         if events is None:

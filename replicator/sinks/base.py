@@ -129,6 +129,9 @@ class MirrorWriter(ABC):
     # Whether :meth:`add_files` commits Parquet files that others wrote into the table's folder (a new
     # table's upserts, written by the fold tasks: replicator.fold.mirror_files).
     writes_files = False
+    # Whether the applier MERGEs the upserts the fold tasks staged as Parquet files (a folder of the batch)
+    # through ``staged_frame`` / ``merge_frame`` on the executors, not collected rows (delta-spark).
+    merges_staged = False
 
     def add_files(self, files: pa.Table, txn: Txn | None) -> MergeResult:
         """Commit data files already in the table's folder (mirror_files.files_schema(): path, size,

@@ -9,12 +9,15 @@ Idempotent commits use Delta's ``txnAppId`` / ``txnVersion`` (session settings f
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from contextlib import contextmanager
 
 import pyarrow as pa
 
 from replicator.sinks.base import MergeResult, MirrorWriter, Txn, key_range, sql_string
+
+_TXN_LOCK = threading.Lock()
 
 JARS_MISSING = (
     "the delta-spark writer needs Delta Lake's Spark jars (io.delta:delta-spark) and the settings "
@@ -49,6 +52,7 @@ def _ident(name: str) -> str:
 
 
 class DeltaSparkWriter(MirrorWriter):
+    merges_staged = True
     # Reads go through delta-rs (replicator.sinks.delta_rs.read_table, deletion vectors applied): `show`,
     # `status` and the engine's key lookups need no Spark session, and a lookup runs no Spark job.
 
@@ -62,15 +66,19 @@ class DeltaSparkWriter(MirrorWriter):
 
     @contextmanager
     def _txn(self, txn: Txn | None):  # type: ignore[no-untyped-def]
-        conf = self.spark.conf
-        if txn is not None:
-            conf.set("spark.databricks.delta.write.txnAppId", txn.app_id)
-            conf.set("spark.databricks.delta.write.txnVersion", str(txn.version))
-        try:
-            yield
-        finally:
-            conf.unset("spark.databricks.delta.write.txnAppId")
-            conf.unset("spark.databricks.delta.write.txnVersion")
+        # The app transaction is a setting of the session, which the engine's apply threads share: one write
+        # at a time, or a table's write without one unset another's before its commit (seen: a mirror's log
+        # without its batch, then StateDamaged at the next batch).
+        with _TXN_LOCK:
+            conf = self.spark.conf
+            if txn is not None:
+                conf.set("spark.databricks.delta.write.txnAppId", txn.app_id)
+                conf.set("spark.databricks.delta.write.txnVersion", str(txn.version))
+            try:
+                yield
+            finally:
+                conf.unset("spark.databricks.delta.write.txnAppId")
+                conf.unset("spark.databricks.delta.write.txnVersion")
 
     def exists(self) -> bool:
         from deltalake import DeltaTable
@@ -149,17 +157,32 @@ class DeltaSparkWriter(MirrorWriter):
     ) -> MergeResult:
         if batch.num_rows == 0:
             return MergeResult()
-        view = f"replicator_merge_{abs(hash(self.path))}"
-        self._frame(batch).createOrReplaceTempView(view)
-        on = " AND ".join(f"t.{_ident(k)} = s.{_ident(k)}" for k in key)
         bounds = key_range(batch, key, ident=_ident)
+        return self.merge_frame(self._frame(batch), bounds, key, seq_column, op_column, txn, ties=ties)
+
+    def merge_frame(  # type: ignore[no-untyped-def]
+        self,
+        source,
+        bounds: str | None,
+        key: Sequence[str],
+        seq_column: str,
+        op_column: str,
+        txn: Txn | None,
+        *,
+        ties: bool = False,
+    ) -> MergeResult:
+        """The guarded MERGE of a DataFrame of mirror rows (the executors read it: only the metrics come
+        back); ``bounds``: the first key column's range in the target (base.key_range), or None."""
+        view = f"replicator_merge_{abs(hash(self.path))}"
+        source.createOrReplaceTempView(view)
+        on = " AND ".join(f"t.{_ident(k)} = s.{_ident(k)}" for k in key)
         if bounds:  # file skipping on the key range (base.key_range)
             on = f"{on} AND {bounds}"
         newer = f"s.{_ident(seq_column)} {'>=' if ties else '>'} t.{_ident(seq_column)}"
         is_delete = f"s.{_ident(op_column)} = 'delete'"
         # Every column named and quoted: Delta's SET * / INSERT * resolve the names unquoted, and a column
         # name with a backtick (from a message) failed the MERGE on every rerun.
-        names = [_ident(c) for c in batch.column_names]
+        names = [_ident(c) for c in source.columns]
         update = ", ".join(f"t.{n} = s.{n}" for n in names)
         insert = f"({', '.join(names)}) VALUES ({', '.join(f's.{n}' for n in names)})"
         with self._txn(txn):
@@ -169,12 +192,33 @@ class DeltaSparkWriter(MirrorWriter):
                 f"WHEN MATCHED AND NOT ({is_delete}) AND {newer} THEN UPDATE SET {update} "
                 f"WHEN NOT MATCHED AND NOT ({is_delete}) THEN INSERT {insert}"
             ).collect()
+        self.spark.catalog.dropTempView(view)
         row = metrics[0].asDict() if metrics else {}
         return MergeResult(
             int(row.get("num_inserted_rows", 0)),
             int(row.get("num_updated_rows", 0)),
             int(row.get("num_deleted_rows", 0)),
         )
+
+    def staged_frame(self, paths: Sequence[str], horizon: str | None, seq_column: str):  # type: ignore[no-untyped-def]
+        """The Parquet files of mirror rows the fold tasks staged (replicator.fold.mirror_files) as a
+        DataFrame in the mirror's columns: a column added since they were typed is NULL (as the driver's
+        typing leaves a column the row's image lacks); rows at or before the table's ``horizon`` (a
+        TRUNCATE) are dropped."""
+        from pyspark.sql import functions as F
+
+        target = self.spark.read.format("delta").load(self.path).schema
+        frame = self.spark.read.parquet(*paths)
+        have = set(frame.columns)
+        frame = frame.select(
+            *[
+                (F.col(_ident(f.name)) if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
+                for f in target
+            ]
+        )
+        if horizon:
+            frame = frame.where(F.col(seq_column) > F.lit(horizon))
+        return frame
 
     def append(self, batch: pa.Table, txn: Txn | None) -> None:
         writer = self._frame(batch).write.format("delta").mode("append")
@@ -200,3 +244,29 @@ class DeltaSparkWriter(MirrorWriter):
         from replicator.sinks.delta_rs import DeltaRsWriter
 
         return DeltaRsWriter(self.path).read_keys(column, values, columns)
+
+
+def guard_tombstones(frame, tombstones: str | None, key: Sequence[str], seq_column: str, event_time: str):  # type: ignore[no-untyped-def]
+    """A DataFrame of upserts against a table's tombstones (a Delta table at ``tombstones``, read by Spark
+    on the executors) -> (the upserts newer than their key's tombstone, the Arrow rows of those that had
+    one: key, seq and event time, whose tombstones the applier removes). Only the second, the resurrected
+    keys, reaches the driver."""
+    from deltalake import DeltaTable
+    from pyspark.sql import functions as F
+
+    if tombstones is None or not DeltaTable.is_deltatable(tombstones):
+        return frame, None
+    spark = frame.sparkSession
+    tombs = (
+        spark.read.format("delta")
+        .load(tombstones)
+        .select(*[F.col(_ident(k)).alias(k) for k in key], F.col(seq_column).alias("_tomb_seq"))
+    )
+    joined = frame.join(tombs, list(key), "left")  # (Spark broadcasts it when small)
+    kept = joined.where(F.col("_tomb_seq").isNull() | (F.col(seq_column) > F.col("_tomb_seq")))
+    back = (
+        kept.where(F.col("_tomb_seq").isNotNull())
+        .select(*[F.col(_ident(k)) for k in key], F.col(seq_column), F.col(event_time))
+        .toArrow()
+    )
+    return kept.drop("_tomb_seq"), back
