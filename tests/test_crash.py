@@ -76,8 +76,8 @@ HARNESS = textwrap.dedent("""
 
     def after(cls, name, when):
         original = getattr(cls, name)
-        def hooked(self, *args):
-            result = original(self, *args)
+        def hooked(self, *args, **kwargs):
+            result = original(self, *args, **kwargs)
             if when(self, *args):
                 die()
             return result
@@ -85,10 +85,10 @@ HARNESS = textwrap.dedent("""
 
     def before(cls, name, when):
         original = getattr(cls, name)
-        def hooked(self, *args):
+        def hooked(self, *args, **kwargs):
             if when(self, *args):
                 die()
-            return original(self, *args)
+            return original(self, *args, **kwargs)
         setattr(cls, name, hooked)
 
     if point == "changelog":
