@@ -568,7 +568,7 @@ class Engine:
         A table first seen in this batch is created here when it can be (:meth:`_created`), and the fold
         tasks write its upserts to its folder (FoldPlan.writes)."""
         if may_patch(batch.plan.dialect):
-            return (), ()
+            return (), (), ()
         events: dict[TableId, int] = {}
         for g in groups:
             if g["ok"] and g["op"] in DML_OPS:
