@@ -54,8 +54,10 @@ def test_status_prints_tables_and_batches_as_text(made):
     batches = lines[lines.index("recent batches:") + 1 :]
     assert [re.sub(r"; [^;]+$", "", b) for b in batches] == [  # without the duration
         "  #0: 1 record in, 2 items = 2 applied + 0 filtered + 0 dead letters",
-        "  #1: 2 records in, 2 items = 1 applied + 0 filtered + 1 dead letter",
+        "  #1: 2 records in, 2 items = 1 applied + 0 filtered + 1 dead letter"
+        " (1 of them undecodable records)",
     ]
+    assert any(line.startswith("(undecodable records)") for line in lines)
 
 
 def test_dead_letters_groups_by_table_and_error(made):

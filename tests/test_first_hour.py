@@ -84,10 +84,10 @@ def test_a_clean_run_prints_its_summary_and_a_table_applied_before_is_no_failure
     assert "1 record in 1 batch: 1 applied, 0 filtered, 0 dead letters" in capsys.readouterr().out
     # The same table later sends a value its column cannot hold: dead letters, but the table was applied.
     bad = canal("INSERT", [order(2, amount="not a number")], es=ES + 1)
-    write_jsonl(tmp_path / "landing" / "b.jsonl", [bad])
+    write_jsonl(tmp_path / "landing" / "b.jsonl", [bad, "{not json"])
     assert in_process(["mirror", "--config", str(config), "--available-now"]) == 0
     out = capsys.readouterr().out
-    assert "0 applied, 0 filtered, 1 dead letter;" in out
+    assert "0 applied, 0 filtered, 2 dead letters;" in out
     assert in_process(["mirror", "--config", str(config), "--available-now"]) == 0
     assert "nothing new to mirror" in capsys.readouterr().out
     # status: human lag, plurals, and each batch's counts adding up as printed.
@@ -96,9 +96,11 @@ def test_a_clean_run_prints_its_summary_and_a_table_applied_before_is_no_failure
 
     assert print_status(load_config(config)) == 0
     out = capsys.readouterr().out
-    assert "job first-hour: 1 table, 1 pending dead letter" in out
+    assert "job first-hour: 1 table, 2 pending dead letters" in out
     assert "#0: 1 record in, 1 item = 1 applied + 0 filtered + 0 dead letters;" in out
-    assert "#1: 1 record in, 1 item = 0 applied + 0 filtered + 1 dead letter;" in out
+    assert "#1: 2 records in, 2 items = 0 applied + 0 filtered + 2 dead letters (1 of them undecodable" in out
+    undecodable = next(line for line in out.splitlines() if line.startswith("(undecodable records)"))
+    assert undecodable.split(maxsplit=2)[2].startswith("1 pending dead letter: not UTF-8, not JSON"), out
     lag = next(line for line in out.splitlines() if line.startswith("shop.orders"))
     assert " y " in lag and " d " in lag, lag  # the event time is from 2023: years and days, not seconds
 

@@ -16,6 +16,7 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
     state = State.of(config)
     now = dt.datetime.now(dt.UTC)
     dead_by_table: dict[str, int] = {}
+    undecodable: dict[int, int] = {}  # batch id -> its records that did not decode
     dead_total = 0
     discarded_total = 0
     dead = state.table("dead_letters")
@@ -26,6 +27,8 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
         discarded = read_discards(state)  # set aside by `dead-letters discard`: counted apart
         for row in dead.read(["database", "table", *IDENTITY]).to_pylist():
             identity = tuple(row[k] for k in IDENTITY)
+            if row["table"] is None:  # a record that did not decode at all: no table to count it under
+                undecodable[row["batch_id"]] = undecodable.get(row["batch_id"], 0) + 1
             if identity in discarded:
                 discarded_total += 1
             if identity in retried or identity in discarded:
@@ -67,6 +70,7 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
         for row in rows:
             row["finished_at"] = row["finished_at"].isoformat()
             row["tables"] = json.loads(row["tables"])
+            row["undecodable"] = undecodable.get(row["batch_id"], 0)
             batches.append(row)
     # Batches Spark committed whose apply a run did not finish (trigger.overlap): the next run applies them.
     pending = [batch_id for batch_id, _kind, _inputs in state.pending()]
@@ -75,6 +79,7 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
         "tables": tables,
         "dead_letters": dead_total,
         "discarded_dead_letters": discarded_total,
+        "undecodable_dead_letters": dead_by_table.get("(undecodable)", 0),
         "batches": batches,
         "pending": pending,
         "kafka": kafka_partitions(state),
@@ -169,6 +174,12 @@ def print_status(config: JobConfig, as_json: bool = False, last_batches: int = 1
     for t in status["tables"]:
         if t["behind"]:
             print(f"NOT UP TO DATE: {t['behind']}")
+    if status["undecodable_dead_letters"]:
+        count = status["undecodable_dead_letters"]
+        print(
+            f"{'(undecodable records)':32} {plural(count, 'pending dead letter')}: not UTF-8, not JSON or no "
+            "known format, so of no table (replicator dead-letters)"
+        )
     print("lag: now minus the newest applied source event time (it grows while nothing new arrives)")
     if status["kafka"]:
         print(
@@ -187,7 +198,9 @@ def print_status(config: JobConfig, as_json: bool = False, last_batches: int = 1
         print(
             f"  #{b['batch_id']}: {plural(b['records_in'], 'record')} in, {plural(items, 'item')} = "
             f"{b['applied']:,} applied + {b['filtered']:,} filtered + "
-            f"{plural(b['dead_letters'], 'dead letter')}; {human_duration(b['duration_ms'] / 1000)}"
+            f"{plural(b['dead_letters'], 'dead letter')}"
+            + (f" ({b['undecodable']:,} of them undecodable records)" if b.get("undecodable") else "")
+            + f"; {human_duration(b['duration_ms'] / 1000)}"
         )
     return 0
 
