@@ -103,12 +103,16 @@ def kafka_broker(
     config = folder / "server.properties"
     if not (folder / "data" / "meta.properties").exists():
         config.write_text(_properties(folder, port, free_port(), settings or {}))
-        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        subprocess.run(
+        cluster = "-"
+        while cluster.startswith("-"):  # as Kafka's Uuid.randomUuid: "-..." would read as an option
+            cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        done = subprocess.run(
             [_java(), "-cp", cp, "kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(config)],
-            check=True,
             capture_output=True,
+            text=True,
         )
+        if done.returncode != 0:
+            raise RuntimeError(f"formatting the Kafka storage in {folder} failed: {done.stderr[-2000:]}")
     (folder / "log4j2.properties").write_text(_LOG4J.format(log=folder / "server.log"))
     # A restart appends to the log: only what this process writes says it started.
     logged = (folder / "server.log").stat().st_size if (folder / "server.log").exists() else 0
