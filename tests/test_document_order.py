@@ -120,6 +120,21 @@ def test_patches_without_their_document_are_kept_partial_and_counted(spark, tmp_
     }
 
 
+def test_a_remove_of_a_document_never_seen_then_its_insert(spark, tmp_path):
+    """A batch of only the remove of a document not in the mirror created the mirror without its
+    `document` column, and the next batch failed reading it (found with history tables, seed 003 newest
+    first). The remove's tombstone keeps the older insert out; a newer insert comes in."""
+    runner = Runner(spark, mongo_job(tmp_path))
+    deliver(runner, tmp_path, [seed("seed003-remove")])
+    deliver(runner, tmp_path, [seed("seed003-insert")])
+    assert documents_of(runner) == {}
+    deliver(runner, tmp_path, [seed("seed003-insert") | {"clusterTime": "1684346300:1", "id": 500}])
+    assert documents_of(runner) == {
+        OID: {"_id": {"$oid": OID}, "c1": "baz", "tags": ["mongodb", "database", "NoSQL"]}
+    }
+    assert runner.dead_letters() == []
+
+
 def test_numbers_stay_as_written(spark, tmp_path):
     runner = Runner(spark, mongo_job(tmp_path))
     insert = seed("seed003-insert") | {

@@ -49,7 +49,13 @@ TOMBSTONE_DELETED_AT = "_cdc_deleted_at"
 
 # The delivery coordinates every seq ends with (batch, partition, offset, message, row; dialects.events).
 DELIVERY_PARTS = 5
-_DOCUMENT_FIELDS = [pa.field(documents.FIELDS, pa.string()), pa.field(documents.PARTIAL, pa.bool_())]
+# A document mirror's columns beside ``_id`` (a delete's image has only the ``_id``: a mirror first created by
+# one, or written before documents kept their merge state, gets them when a document is merged).
+DOCUMENT_FIELDS = [
+    pa.field("document", pa.string()),
+    pa.field(documents.FIELDS, pa.string()),
+    pa.field(documents.PARTIAL, pa.bool_()),
+]
 
 
 HORIZON = "horizon_seq"  # a barrier event's truncate point in its table's DML system (TableApplier.horizon)
@@ -426,8 +432,8 @@ class TableApplier:
         if not self.mirror.exists():
             return found
         names = self.mirror.schema().names
-        missing = [f for f in _DOCUMENT_FIELDS if f.name not in names]
-        if missing:  # a mirror written before documents kept their merge state
+        missing = [f for f in DOCUMENT_FIELDS if f.name not in names]
+        if missing:  # a mirror written before documents kept their merge state, or made by a remove alone
             self.mirror.add_columns(missing)
         rows = self.mirror.read_keys("_id", keys, ["_id", "document", documents.FIELDS, CDC_SEQ])
         for key, doc, fields, seq in zip(
@@ -610,6 +616,8 @@ class TableApplier:
         if part.num_rows == 0:  # documents that nothing changed (resolve_documents)
             return None
         keys = pc.unique(images(part).combine_chunks().keys).to_pylist() if part.num_rows else []
+        if self._documents:  # (a segment of deletes alone must not create a mirror without them)
+            keys += [f.name for f in DOCUMENT_FIELDS if f.name not in keys]
         if TYPED in part.column_names:  # typed by the fold tasks; the images' other columns are in REST
             keys = [f.name for f in part.schema.field(TYPED).type] + keys
         self.ensure_table(keys, part)
