@@ -469,6 +469,8 @@ class Engine:
                     summary.tables[name]["ignored_values"] = result.ignored_values
                 if result.partial_documents:  # drs-mongo documents kept from patches alone (issue 35)
                     summary.tables[name]["partial_documents"] = result.partial_documents
+                if result.partial_history_versions:  # their versions in the history table
+                    summary.tables[name]["partial_history_versions"] = result.partial_history_versions
         if dead_rows:
             dead = self._engine_dead_letters(batch, dead_rows, batch_id)
             self.state.write_dead_letters(dead, batch_id, ":apply")

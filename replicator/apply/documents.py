@@ -149,6 +149,14 @@ def apply_patches(document_json: str | None, patches: Iterable[str]) -> str | No
     return dumps(document)
 
 
+def document_text(key: str, document: dict[str, Any]) -> str:
+    """A document's JSON text as the mirror writes it: ``_id`` first when the document has none (a partial
+    document built from patches)."""
+    if "_id" not in document:
+        document = {"_id": id_value(key), **document}
+    return dumps(document)
+
+
 # ---- the merge state -------------------------------------------------------------------------------------
 @dataclass
 class Document:
@@ -203,9 +211,7 @@ class Document:
         doc = copy.deepcopy(self.image) if self.image is not None else {}
         for position in sorted(self.patches):
             apply_patch(doc, self.patches[position])
-        if "_id" not in doc:
-            doc = {"_id": id_value(self.key), **doc}
-        return dumps(doc)
+        return document_text(self.key, doc)
 
     def fingerprint(self) -> tuple[Any, ...]:
         return (self.exists(), self.fields_json())

@@ -115,6 +115,7 @@ class TableResult:
     ddl: list[dict[str, Any]] = field(default_factory=list)
     ignored_values: int = 0  # values of columns unknown to the mirror, dropped (schema_evolution: ignore)
     partial_documents: int = 0  # documents written from patches without their full image (drs-mongo)
+    partial_history_versions: int = 0  # history versions written from such patches (apply.history)
 
 
 BarrierHandler = Callable[["TableApplier", dict[str, Any]], None]

@@ -17,6 +17,8 @@ apply, whose final schema types the values exactly like the mirror, ``TableAppli
    app transaction: a replayed batch finds it and skips the table.
 
 A TRUNCATE closes every open version, so a batch that brings a new one recomputes every key (rare).
+Document collections (drs-mongo patches) replay each touched document's changes by source position in
+step 2 instead (replicator.apply.history.documents).
 """
 
 from replicator.apply.history.table import (

@@ -3,8 +3,8 @@ transaction), and the engine's hook :func:`record_history` (see replicator/apply
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,6 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator import paths
+from replicator.apply.documents import COLUMN_TYPES, PARTIAL
+from replicator.apply.history import documents
 from replicator.apply.history.versions import (
     CDC_EVENT_TIME,
     CDC_OP,
@@ -27,6 +29,7 @@ from replicator.apply.history.versions import (
     VALID_FROM,
     VALID_TO,
     Event,
+    Version,
     chain,
     change_id,
     event_rows,
@@ -36,7 +39,7 @@ from replicator.apply.history.versions import (
     truncate_events,
     utc,
 )
-from replicator.apply.table import TableApplier, TableBatch, TableResult
+from replicator.apply.table import DOCUMENT_FIELDS, TableApplier, TableBatch, TableResult
 from replicator.fold.arrow import split_by_table
 from replicator.logging import get_logger
 from replicator.model import CDC_COLUMNS, TableId, table_label
@@ -72,6 +75,7 @@ class HistoryTable:
     markers: MirrorWriter
     truncates: MirrorWriter
     track: Sequence[str] | None = None
+    partial_versions: int = 0  # document versions written from patches without their full image
 
     @cached_property
     def key(self) -> list[str]:
@@ -105,9 +109,24 @@ class HistoryTable:
             if rows.num_rows == 0:
                 return 0
             self.applier.work.types = source_types(events)
-            self.applier.ensure_table(pc.unique(rows["image"].combine_chunks().keys).to_pylist())
+            columns = pc.unique(rows["image"].combine_chunks().keys).to_pylist()
+            if documents.is_documents(events, None):  # (a delete's image has only the _id)
+                self.applier.work.types |= COLUMN_TYPES
+                columns = [*columns, *(c for c in documents.DATA if c not in columns)]
+            self.applier.ensure_table(columns)
+        is_documents = documents.is_documents(events, mirror.schema())
+        if is_documents:
+            # (a mirror written before documents kept their merge state: the history follows its columns)
+            missing = [f for f in DOCUMENT_FIELDS if f.name not in mirror.schema().names]
+            if missing:
+                mirror.add_columns(missing)
         schema = mirror.schema()
         sync_schema(self.history, schema, renamed_columns(events))
+        # A TRUNCATE closes the open version of every key: the batch recomputes them all (rare; the same on a
+        # replay, where the TRUNCATE is stored already).
+        everything = bool(batch_truncates)
+        if is_documents:
+            return self._apply_documents(events, truncates, everything, txn)
         data = [f.name for f in schema if f.name not in CDC_COLUMNS]
         typed, dead = self.applier.typed(event_rows(events, self.key))
         if dead:  # the mirror's own apply reports the values that do not fit (dead letters)
@@ -122,14 +141,9 @@ class HistoryTable:
             batch.setdefault(tuple(row[k] for k in self.key), []).append(
                 Event(r[CDC_SEQ], r[CDC_OP], utc(r[CDC_EVENT_TIME]), row, 2)
             )
-        # A TRUNCATE closes the open version of every key: the batch recomputes them all (rare; the same on a
-        # replay, where the TRUNCATE is stored already).
-        everything = bool(batch_truncates)
-        versions, markers = self._stored(batch, everything)
+        versions, markers = self._stored(_oldest(batch), everything)
         keys = set(batch) | (set(versions) if everything else set())
-        new_versions: list[dict[str, Any]] = []
-        gone: list[dict[str, Any]] = []
-        new_markers: list[dict[str, Any]] = []
+        changes = _Changes()
         for k in keys:
             stored = versions.get(k, [])
             known_markers = markers.get(k, [])
@@ -140,37 +154,55 @@ class HistoryTable:
                 *_from_markers(known_markers, stored),
             ]
             result = chain(chain_events, self.track)
-            starts = {change_id(v.seq) for v in result}
-            marked = {change_id(m.seq) for m in known_markers}
-            for e in chain_events:
-                ident = change_id(e.seq)
-                if e.op != "truncate" and ident not in starts and ident not in marked:
-                    marked.add(ident)
-                    new_markers.append(
-                        {
-                            **dict(zip(self.key, k, strict=True)),
-                            CDC_SEQ: e.seq,
-                            CDC_OP: e.op,
-                            CDC_EVENT_TIME: e.time,
-                        }
-                    )
-            before = {v[CDC_SEQ]: v for v in stored}
-            for v in result:
-                record = v.record()
-                if before.get(v.seq) != record:
-                    new_versions.append(record)
-            kept = {v.seq for v in result}
-            gone += [{**dict(zip(self.key, k, strict=True)), CDC_SEQ: s} for s in before if s not in kept]
-        if new_markers:
+            changes.add(self.key, k, stored, known_markers, chain_events, result, change_id)
+        return self._write(changes, txn)
+
+    def _apply_documents(self, events: pa.Table, truncates: list[Event], everything: bool, txn: Txn) -> int:
+        """A document collection's batch (drs-mongo, replicator.apply.history.documents): each touched
+        document's versions replayed by source position from the version open before the batch's oldest
+        change; versions from patches without a full image before them are partial, and counted."""
+        label = table_label(self.applier.work.table)
+        batch, bad = documents.batch_changes(events)
+        if bad:  # the mirror's own apply reports them (dead letters)
+            log.warning("history skips document changes that do not apply", table=label, events=bad)
+        if self.track is not None:
+            log.warning("history_track does not apply to documents: each change opens a version", table=label)
+        versions, markers = self._stored(_oldest(batch), everything)
+        keys = set(batch) | (set(versions) if everything else set())
+        closing = [documents.Change(t.seq, "truncate", t.time) for t in truncates]
+        changes = _Changes()
+        for k in keys:
+            stored = versions.get(k, [])
+            known_markers = markers.get(k, [])
+            chain_events = [
+                *batch.get(k, []),
+                *closing,
+                *(documents.stored_change(v) for v in stored),
+                *(documents.Change(m.seq, m.op, utc(m.time)) for m in known_markers if m.op in CLOSES),
+            ]
+            result = documents.chain(k[0], chain_events)
+            changes.add(self.key, k, stored, known_markers, chain_events, result, _position_id)
+        self.partial_versions = sum(1 for v in changes.versions if v.get(PARTIAL))
+        if self.partial_versions:
+            log.warning(
+                "history versions from patches without their full image (partial)",
+                table=label,
+                versions=self.partial_versions,
+            )
+        return self._write(changes, txn)
+
+    def _write(self, changes: _Changes, txn: Txn) -> int:
+        """New markers appended (deduplicated on read), then the versions' MERGE with the transaction."""
+        if changes.markers:
             fields = [self.history.schema().field(k) for k in self.key]
             self.markers.append(
                 pa.Table.from_pylist(
-                    new_markers, pa.schema([*(f.with_nullable(True) for f in fields), *MARKER_FIELDS])
+                    changes.markers, pa.schema([*(f.with_nullable(True) for f in fields), *MARKER_FIELDS])
                 ),
                 None,
             )
-        self._merge(new_versions, gone, txn)
-        return len(new_versions)
+        self._merge(changes.versions, changes.gone, txn)
+        return len(changes.versions)
 
     def _stored_truncates(self) -> list[Event]:
         if not self.truncates.exists():
@@ -181,22 +213,21 @@ class HistoryTable:
         ]
 
     def _stored(
-        self, batch: dict[tuple[Any, ...], list[Event]], everything: bool
+        self, oldest: dict[tuple[Any, ...], str], everything: bool
     ) -> tuple[dict[tuple[Any, ...], list[dict[str, Any]]], dict[tuple[Any, ...], list[Event]]]:
         """What the batch can change of the stored versions and markers of its keys (of every key when
         ``everything``): per key, the version open at the batch's oldest event and everything after it.
         Older versions are closed by older events, which the batch does not move: their chain up to there
         stays as it is (so the cost follows the batch, not the length of the keys' histories)."""
         key = self.key
-        oldest = {k: min(change_id(e.seq) for e in events) for k, events in batch.items()}
         floors: dict[tuple[Any, ...], str] = {}
 
         def read(writer: MirrorWriter, versions: bool) -> list[dict[str, Any]]:
-            if not writer.exists() or not (batch or everything):
+            if not writer.exists() or not (oldest or everything):
                 return []
             if everything:
                 return writer.read().to_pylist()
-            first = pa.array(sorted({k[0] for k in batch}), writer.schema().field(key[0]).type)
+            first = pa.array(sorted({k[0] for k in oldest}), writer.schema().field(key[0]).type)
             table = writer.read_keys(key[0], first, writer.schema().names)
             # Decide on the key and seq columns alone; only the rows kept become Python values.
             idents = [change_id(s) for s in table[CDC_SEQ].to_pylist()]
@@ -245,6 +276,56 @@ class HistoryTable:
             .when_not_matched_insert(updates=columns, predicate="NOT s._gone")
             .execute()
         )
+
+
+CLOSES = ("delete", "truncate")
+
+
+def _oldest(batch: dict[tuple[Any, ...], list[Any]]) -> dict[tuple[Any, ...], str]:
+    """Each key's oldest change in the batch (its ``change_id``): where its stored chain is read from."""
+    return {k: min(change_id(e.seq) for e in events) for k, events in batch.items()}
+
+
+def _position_id(seq: str) -> str:
+    """A document change's identity: its source position (the seq without any delivery coordinate)."""
+    return ".".join(str(p) for p in documents.position(seq))
+
+
+@dataclass
+class _Changes:
+    """What a batch changes in a history table: versions to write, versions gone, markers to append."""
+
+    versions: list[dict[str, Any]] = field(default_factory=list)
+    gone: list[dict[str, Any]] = field(default_factory=list)
+    markers: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(
+        self,
+        key: Sequence[str],
+        k: tuple[Any, ...],
+        stored: list[dict[str, Any]],
+        known_markers: list[Event],
+        chain_events: Sequence[Any],
+        result: list[Version],
+        ident: Callable[[str], str],
+    ) -> None:
+        """One key: the events that opened no version become markers (once), the versions that differ
+        from the stored ones are written, the stored ones no longer in the chain go."""
+        named = dict(zip(key, k, strict=True))
+        starts = {ident(v.seq) for v in result}
+        marked = {ident(m.seq) for m in known_markers}
+        for e in chain_events:
+            i = ident(e.seq)
+            if e.op != "truncate" and i not in starts and i not in marked:
+                marked.add(i)
+                self.markers.append({**named, CDC_SEQ: e.seq, CDC_OP: e.op, CDC_EVENT_TIME: e.time})
+        before = {v[CDC_SEQ]: v for v in stored}
+        for v in result:
+            record = v.record()
+            if before.get(v.seq) != record:
+                self.versions.append(record)
+        kept = {v.seq for v in result}
+        self.gone += [{**named, CDC_SEQ: s} for s in before if s not in kept]
 
 
 def _from_versions(stored: list[dict[str, Any]]) -> list[Event]:
@@ -346,6 +427,7 @@ def record_history(
             config.tables.tracked(name),
         )
         written[table_label(table)] = history.apply(rows, state.txn(batch_id))
+        result.partial_history_versions = history.partial_versions
     return written
 
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator import ddl
-from replicator.fold.arrow import IMAGE_TYPE, PATCH_META
+from replicator.fold.arrow import IMAGE_TYPE
 from replicator.logging import get_logger
 from replicator.model import CDC_COLUMNS, CDC_EVENT_TIME, CDC_OP, CDC_SEQ, DML_OPS, keep, key_changes
 from replicator.sinks.base import MirrorWriter
@@ -124,13 +124,9 @@ def _same(a: dict[str, Any], b: dict[str, Any], track: Sequence[str]) -> bool:
 def event_rows(events: pa.Table, key: Sequence[str]) -> pa.Table:
     """A table's DML events -> one row per event in the columns ``TableApplier.typed`` reads (those of
     ``fold.arrow.fold``'s output): the image is ``after`` (``before`` for a delete); an update that changes
-    the key is also a delete of the old key, as the fold makes it."""
+    the key is also a delete of the old key, as the fold makes it. (Document collections' versions are
+    built from their changes instead: replicator.apply.history.documents.)"""
     events = keep(events, pc.is_in(events["op"], pa.array(DML_OPS)))
-    patches = pc.is_valid(pc.map_lookup(events["meta"], PATCH_META, "first"))
-    if events.num_rows and pc.any(patches).as_py():
-        # drs-mongo $set/$unset patches carry no full image: not kept in history (docs/history.md).
-        log.warning("history skips document patches", events=pc.sum(patches).as_py())
-        events = events.filter(pc.invert(patches))
     op = events["op"].combine_chunks()
     is_delete = pc.equal(op, "delete")
     after, before = events["after"].combine_chunks(), events["before"].combine_chunks()
