@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import random
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +28,9 @@ from replicator.dialects.events import decoded_schema
 from replicator.model import seq_text
 from replicator.sinks.delta_rs import DeltaRsWriter
 from replicator.state import State, TableState
-from tests.helpers import Runner, delta_table, job
+from tests.helpers import Runner, delta_table, job, write_jsonl
 from tests.test_document_merge import deliveries, histories, mirror_after, model_set, model_unset, parse
-from tests.test_document_order import OID, SEED, message_of, seed
+from tests.test_document_order import KEYS, OID, SEED, message_of, seed
 
 TABLE = ("ljx", None, "ljx")
 BOUNDS = ("_cdc_valid_from", "_cdc_valid_to", "_cdc_current")
@@ -43,7 +45,7 @@ def at(position: tuple[int, ...]) -> dt.datetime:
 # ---- the model: the received changes in source order -------------------------------------------------------
 
 
-def model_versions(received: set[tuple]) -> list[tuple]:
+def model_versions(received: set[tuple], time=at, id_of=lambda key: key) -> list[tuple]:
     """(key, document, valid_from, valid_to, current, op, partial) of every version, by key then source
     order. A patch on no document (its image never received, or after a delete) starts from ``_id`` alone
     and is partial until the next full image."""
@@ -53,7 +55,7 @@ def model_versions(received: set[tuple]) -> list[tuple]:
     for position, key, kind, payload in sorted(received):
         mine = versions.setdefault(key, [])
         if mine and mine[-1]["current"]:
-            mine[-1].update(valid_to=at(position), current=False)
+            mine[-1].update(valid_to=time(position), current=False)
         if kind == "delete":
             docs.pop(key, None)
             complete[key] = False
@@ -61,7 +63,7 @@ def model_versions(received: set[tuple]) -> list[tuple]:
         if kind in ("insert", "replace"):
             docs[key], complete[key] = parse(payload), True
         else:
-            doc = docs.setdefault(key, {"_id": key})
+            doc = docs.setdefault(key, {"_id": id_of(key)})
             spec = parse(payload)
             for path, value in (spec.get("$set") or {}).items():
                 model_set(doc, path, value)
@@ -70,7 +72,7 @@ def model_versions(received: set[tuple]) -> list[tuple]:
         mine.append(
             {
                 "document": copy.deepcopy(docs[key]),
-                "valid_from": at(position),
+                "valid_from": time(position),
                 "valid_to": None,
                 "current": True,
                 "op": "insert" if kind == "insert" else "update",
@@ -177,10 +179,10 @@ class Store:
 
 
 @st.composite
-def received_deliveries(draw):
+def received_deliveries(draw, **kwargs):
     """The model's changes, some full images never received (their patches' documents are partial), the
     rest shuffled, partly redelivered, split into batches."""
-    changes, _final = draw(histories(max_steps=12))
+    changes, _final = draw(histories(**{"max_steps": 12, **kwargs}))
     rng = random.Random(draw(st.integers(0, 2**32)))
     lose = draw(st.booleans())
     kept = [c for c in changes if not (lose and c[2] in ("insert", "replace") and rng.random() < 0.5)]
@@ -397,3 +399,41 @@ def test_seeded_and_legacy_versions_are_kept_as_states():
         "kind": "image",
         "patch": {"$set": {"c": 7}},
     }
+
+
+@pytest.mark.slow
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=received_deliveries(keys=KEYS, id_of=lambda key: {"$oid": key}, min_steps=6, max_steps=10))
+def test_engine_history_of_shuffled_and_redelivered_streams(spark, case):
+    """The property through the engine (DRS messages in files, a few per batch in random file order): the
+    history table holds the model's versions, with the messages' event times."""
+    received, batches = case
+    tmp = Path(tempfile.mkdtemp())
+    try:
+        config = job(
+            tmp, source={"dialect": "drs-mongo"}, tables={"history": ["ljx.*"]}, changelog={"enabled": False}
+        )
+        runner = Runner(spark, config)
+        for i, batch in enumerate(batches):
+            folder = tmp / f"in-{i}"
+            rng = random.Random(i)
+            for j in range(0, len(batch), 3):
+                write_jsonl(
+                    folder / f"{rng.randrange(10**6):06d}-{j}.jsonl",
+                    [message_of(*c) for c in batch[j : j + 3]],
+                )
+            runner.batch(folder)
+        assert runner.dead_letters() == []
+        path = tmp / "lake" / "ljx" / "ljx__history"
+        rows = sorted(delta_table(path, cdc=True).to_pylist(), key=lambda r: (r["_id"], r["_cdc_seq"]))
+        columns = (*BOUNDS, "_cdc_op", "_cdc_partial")
+        got = [(r["_id"], parse(r["document"]), *(r[c] for c in columns)) for r in rows]
+        want = model_versions(received, time=lambda p: es_of(p[0]), id_of=lambda key: {"$oid": key})
+        assert got == want
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def es_of(secs: int) -> dt.datetime:
+    """message_of's event time: the position's seconds (es = secs * 1000)."""
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=secs)
