@@ -437,3 +437,32 @@ def test_engine_history_of_shuffled_and_redelivered_streams(spark, case):
 def es_of(secs: int) -> dt.datetime:
     """message_of's event time: the position's seconds (es = secs * 1000)."""
     return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=secs)
+
+
+def test_replay_as_of_a_time_rebuilds_the_history_of_documents(spark, tmp_path):
+    """``replay --as-of`` over the change log of a shuffled, partly redelivered stream (three batches): the
+    history as of each cut holds the versions of the changes up to it, by the same rule."""
+    from replicator.commands.replay import replay
+    from tests.test_document_order import _history
+
+    changes = _history(OID)
+    config = job(tmp_path, source={"dialect": "drs-mongo"}, tables={"history": ["ljx.*"]})
+    runner = Runner(spark, config)
+    for batch in ([7, 2, 0], [4, 1, 6, 2], [3, 5, 0]):
+        runner.messages(tmp_path, [message_of(*changes[i]) for i in batch])
+
+    def model(upto: int) -> list[tuple]:
+        received = {c for c in changes if c[0][0] <= upto}
+        return model_versions(received, time=lambda p: es_of(p[0]), id_of=lambda key: {"$oid": key})
+
+    def versions(path: Path) -> list[tuple]:
+        rows = sorted(delta_table(path, cdc=True).to_pylist(), key=lambda r: r["_cdc_seq"])
+        columns = (*BOUNDS, "_cdc_op", "_cdc_partial")
+        return [(r["_id"], parse(r["document"]), *(r[c] for c in columns)) for r in rows]
+
+    assert versions(tmp_path / "lake" / "ljx" / "ljx__history") == model(10**10)
+    for cut in (2, 5, 6):
+        secs = changes[cut][0][0]
+        out = tmp_path / f"out-{cut}"
+        replay(runner.config, out, as_of=str(secs * 1000))
+        assert versions(out / "ljx" / "ljx__history") == model(secs), cut
