@@ -111,6 +111,7 @@ class BatchWork:
     barrier_only: list[TableId] = field(default_factory=list)
     unkeyed_dml: list[TableId] = field(default_factory=list)
     refused: dict[TableId, str] = field(default_factory=dict)  # names that map to no folder of their own
+    keyless: pa.Table | None = None  # DML events without a value for a key column (fold.arrow.keyless)
     excluded_events: int = 0
     changelog: Future[None] | None = None
     pending: bool = False  # noted in the state's pending folder until applied
@@ -356,7 +357,7 @@ class Engine:
                 timezone=self.options.timezone,
                 zero_dates=self.options.zero_dates,
             )
-            work.folded, work.files = fold_batch(batch.frame.sparkSession, batch.index, plan)
+            work.folded, work.files, work.keyless = fold_batch(batch.frame.sparkSession, batch.index, plan)
             work.stages = dict(stages)
             phases.lap("fold")
         except BaseException:
@@ -380,6 +381,8 @@ class Engine:
                     dead_rows += _unkeyed(batch.select(work.unkeyed_dml, [*_TABLE, "coordinates"]))
                 if work.refused:
                     dead_rows += _refused_rows(batch, work.refused)
+                if work.keyless is not None:
+                    dead_rows += _keyless_rows(work.keyless)
                 keys = {**{t: [] for t in work.barrier_only}, **work.selected}
                 results = self._apply_tables(work, keys)
             finally:
@@ -776,6 +779,11 @@ def _refused_rows(batch: DecodedBatch, refused: dict[TableId, str]) -> list[Dead
         )
         for r in [*dml, *ddl]
     ]
+
+
+def _keyless_rows(rows: pa.Table) -> list[DeadRow]:
+    """DML events lacking a value for a key column (fold.arrow.keyless): dead letters naming the column."""
+    return [DeadRow(r["coordinates"], r["error"], r["database"], r["table"]) for r in rows.to_pylist()]
 
 
 def _unkeyed(rows: pa.Table) -> list[DeadRow]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from decimal import Decimal
 
 import pytest
@@ -358,3 +359,52 @@ def test_a_batch_leaves_no_payload_files_and_stale_folders_go(spark, tmp_path):
     assert summary.applied == 1 and summary.dead_letters == 1
     assert [r["raw"] for r in runner.dead_letters()] == [b"not json"]
     assert sorted(p.name for p in (tmp_path / "state" / "tmp").iterdir()) == ["batch-running"]
+
+
+def _ckafka(values: dict, table: str, pos: int) -> dict:
+    """A CKafka format-one INSERT (seed 001 shape): no key in the message."""
+    return {
+        "BINLOG_NAME": "mysql-bin.000003",
+        "BINLOG_POS": pos,
+        "DATABASE": "inventory",
+        "TABLE": table,
+        "TIME": "20160611020502",
+        "TYPE": "I",
+        "NEW_VALUES": values,
+        "OLD_VALUES": None,
+    }
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_a_key_column_an_event_lacks_makes_dead_letters_not_a_failed_merge(spark, tmp_path, writer):
+    """`tables.keys` naming a column the table lacks, or a key column NULL in an event: those events are
+    dead letters naming the table and the column, with their raw record; the other tables' events apply."""
+    keys = {"inventory.customers": ["nope"], "inventory.*": ["id"]}
+    config = job(tmp_path, source={"dialect": "ckafka"}, tables={"keys": keys}, target={"writer": writer})
+    runner = Runner(spark, config)
+    summary = runner.messages(
+        tmp_path,
+        [
+            _ckafka({"id": "1", "name": "a"}, "customers", 1),
+            _ckafka({"id": "2", "name": "b"}, "customers", 2),
+            _ckafka({"id": "3", "name": "c"}, "orders", 3),
+            _ckafka({"id": None, "name": "d"}, "orders", 4),
+        ],
+    )
+    assert runner.mirror("inventory", "orders") == [{"id": "3", "name": "c"}]
+    assert not (runner.config.target.path / "inventory" / "customers").exists()
+    dead = sorted(runner.dead_letters(), key=lambda d: d["offset"])
+    assert [(d["table"], d["offset"]) for d in dead] == [("customers", 1), ("customers", 2), ("orders", 4)]
+    assert all("table inventory.customers: key column 'nope'" in d["error"] for d in dead[:2])
+    assert "table inventory.orders: key column 'id' is absent or NULL" in dead[2]["error"]
+    assert [json.loads(d["raw"])["BINLOG_POS"] for d in dead] == [1, 2, 4]
+    assert summary.dead_letters == 3 and summary.applied == 1
+    # preflight (every run's start): a keys entry naming a column an existing mirror lacks is warned of
+    from replicator.commands.preflight import key_warnings
+
+    assert key_warnings(config) == []  # customers has no mirror: its columns are not known yet
+    keys = {"inventory.orders": ["order_no"]}
+    renamed = job(tmp_path, source={"dialect": "ckafka"}, tables={"keys": keys}, target={"writer": writer})
+    (warning,) = key_warnings(renamed)
+    assert "tables.keys gives inventory.orders the key ['order_no']" in warning
+    assert "no column 'order_no'" in warning

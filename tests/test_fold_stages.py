@@ -101,7 +101,7 @@ def test_the_spark_fold_keeps_what_one_fold_keeps(
             tasks=min(fold_tasks, buckets),  # (engine tests: as fold_tasks chooses)
             typing=((TABLE, MIRROR),) if typed else (),
         )
-        got, files = fold_batch(spark, pa.concat_tables(indexes), plan)
+        got, files, _keyless = fold_batch(spark, pa.concat_tables(indexes), plan)
     assert files == {}  # no table to write (plan.writes)
     if typed:  # the tasks typed the net changes as one typing of the whole fold's would
         assert typed_net(got[TABLE]) == typed_net(fold_typed(expected[TABLE], MIRROR, plan))

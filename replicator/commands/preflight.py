@@ -45,6 +45,8 @@ def check_state(config: JobConfig) -> None:
     if problem is not None:
         raise StateDamaged(problem)
     check_mirrors(config)
+    for warning in key_warnings(config):
+        log.warning("tables.keys names a column the mirror lacks", warning=warning)
 
 
 # ---- Spark's checkpoint -----------------------------------------------------------------------------------
@@ -215,3 +217,41 @@ def check_mirrors(config: JobConfig) -> None:
             log.error("mirror behind", error=other.message)
         more = f" (and {len(behind) - 1} more mirrors: see the log)" if behind[1:] else ""
         raise StateDamaged(behind[0].message + more)
+
+
+# ---- tables.keys against the mirrors ----------------------------------------------------------------------
+
+
+def key_warnings(config: JobConfig) -> list[str]:
+    """The mirrors a ``tables.keys`` entry applies to whose columns lack one of its key columns: their
+    events that carry no key of their own will be dead letters naming the column (fold.arrow.keyless).
+    Known only for tables the job has mirrored already; a new table's columns are known once its events
+    come."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not config.tables.keys:
+        return []
+    state = State.of(config)
+    writer = state.writer
+    keyed = []
+    for table in state.tables().values():
+        key = config.tables.key_for(f"{table.database}.{table.table}")
+        if key and not table.dropped:
+            keyed.append((table, key))
+
+    def one(item: tuple[TableState, list[str]]) -> str | None:
+        table, key = item
+        mirror = writer(table.mirror)
+        if not mirror.exists():
+            return None
+        missing = [c for c in key if c not in mirror.schema().names]
+        if not missing:
+            return None
+        name = table_label((table.database, table.schema, table.table))
+        return (
+            f"tables.keys gives {name} the key {key}, but its mirror has no column {missing[0]!r}: its "
+            f"events that carry no key of their own will be dead letters (docs/configuration.md, tables.keys)"
+        )
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return [w for w in pool.map(one, keyed) if w is not None]

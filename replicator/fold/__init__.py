@@ -136,7 +136,8 @@ def fold_buckets(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
             pc.any(listing["secondary"]).as_py()
             or pc.any(pc.equal(listing["bucket"], exchange.UNBUCKETED)).as_py()
         )
-        for table, folded in fold(events, keys, plan.barriers):
+        rejected: list[tuple[TableId, pa.Table]] = []
+        for table, folded in fold(events, keys, plan.barriers, rejected):
             if group != exchange.UNBUCKETED:  # the other half of a key change is its own bucket's
                 mine = _winners_mine(folded, table, group, plan, borrowed)
                 if not mine.all():
@@ -161,6 +162,10 @@ def fold_buckets(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
                     yield from payload.rows([(kind, 0, net)])
                 else:
                     yield from payload.to_files(plan.spill, [(kind, 0, net)])
+        for table, lacking in rejected:  # events without a key value: the driver's dead letters
+            identity = [pa.repeat(pa.scalar(name, pa.string()), lacking.num_rows) for name in table]
+            part = pa.table([*identity, *lacking.columns], names=[*TABLE_COLUMNS, *lacking.column_names])
+            yield from payload.rows([("keyless", 0, part)])
         del events
     payload.release_memory()  # the worker is reused for the batch's next task
 
@@ -224,11 +229,12 @@ def fold_tasks(plan: FoldPlan) -> int:
 
 def fold_batch(
     spark: SparkSession, index: pa.Table, plan: FoldPlan
-) -> tuple[dict[TableId, pa.Table], dict[TableId, pa.Table]]:
+) -> tuple[dict[TableId, pa.Table], dict[TableId, pa.Table], pa.Table | None]:
     """The driver's half: a Spark task per group of buckets folds them from the decode tasks' files (the
     ``index`` of their record batches, exchange.EventFile), and the net changes are collected per table
     (the only rows of the batch that reach the driver), with the files written for ``plan.writes``'
-    tables (mirror_files.files_schema()), per table."""
+    tables (mirror_files.files_schema()), per table, and the events left out for lack of a key value
+    (``database``, ``schema``, ``table``, ``coordinates``, ``error``: fold.arrow.keyless), or None."""
     from functools import partial
 
     import pyarrow as pa
@@ -238,7 +244,7 @@ def fold_batch(
     from replicator.spark import local_frame
 
     if not plan.keys or index.num_rows == 0:
-        return {}, {}
+        return {}, {}, None
     rows = []
     tasks = 1 if plan.events <= plan.small_batch else plan.tasks or fold_tasks(plan)
     if tasks == 1:  # one task folds it all, each event once (no old-key copies, nothing to route)
@@ -254,7 +260,7 @@ def fold_batch(
                 rows.append(("listing", group, payload.to_ipc(listing)))
     frame = local_frame(spark, rows, payload.payload_schema())  # a task per listing
     folded = frame.mapInArrow(partial(fold_buckets, plan), payload.spark_schema())
-    parts: dict[str, list[pa.Table]] = {"folded": [], "typed": [], "written": []}
+    parts: dict[str, list[pa.Table]] = {"folded": [], "typed": [], "written": [], "keyless": []}
     for kind, _bucket, table in payload.items(folded.toArrow().to_batches()):  # or from their files
         parts[kind].append(table)
     out: dict[TableId, pa.Table] = {}
@@ -273,4 +279,18 @@ def fold_batch(
     for part in parts["written"]:
         database, schema, name = (part[c][0].as_py() for c in TABLE_COLUMNS)
         files.setdefault((database, schema, name), []).append(part.drop_columns(list(TABLE_COLUMNS)))
-    return out, {table: pa.concat_tables(tables) for table, tables in files.items()}
+    keyless = _distinct_events(pa.concat_tables(parts["keyless"])) if parts["keyless"] else None
+    return out, {table: pa.concat_tables(tables) for table, tables in files.items()}, keyless
+
+
+def _distinct_events(rows: pa.Table) -> pa.Table:
+    """Rows of events, each once: a key-changing update is read by its new and its old key's task."""
+    import pyarrow as pa
+
+    seen: set[tuple] = set()
+    keep = []
+    for c in rows["coordinates"].to_pylist():
+        at = tuple(sorted(c.items()))
+        keep.append(at not in seen)
+        seen.add(at)
+    return rows if all(keep) else rows.filter(pa.array(keep))

@@ -397,10 +397,44 @@ def no_changes() -> pa.Table:
     )
 
 
+def keyless(rows: pa.Table, key: Sequence[str], table: TableId) -> tuple[pa.Table, pa.Table | None]:
+    """A table's DML events (one key) -> those with a value for every key column (a delete's in its before
+    image, the others' in their after image), and the rest as (``coordinates``, ``error``) naming the first
+    key column each lacks, or None. Such an event cannot be folded or merged by key (its NULL key would
+    fold together with the others' and break the mirror's non-nullable key): a dead letter, e.g. where
+    ``tables.keys`` names a column the table does not have."""
+    from replicator.model import map_values, table_label
+
+    is_delete = pc.fill_null(pc.equal(rows["op"], "delete"), False)
+    values = [
+        pc.if_else(is_delete, b, a)
+        for b, a in zip(map_values(rows["before"], key), map_values(rows["after"], key), strict=True)
+    ]
+    absent = [pc.is_null(v) for v in values]
+    lacking = absent[0]
+    for mask in absent[1:]:
+        lacking = pc.or_(lacking, mask)
+    if not pc.any(lacking).as_py():
+        return rows, None
+    error = pa.nulls(rows.num_rows, pa.string())
+    for name, mask in reversed(list(zip(key, absent, strict=True))):  # the first column lacking names it
+        text = (
+            f"table {table_label(table)}: key column {name!r} is absent or NULL in this event (key "
+            f"{list(key)}, from the message or tables.keys): it cannot be applied by key"
+        )
+        error = pc.if_else(mask, pa.scalar(text), error)
+    rejected = pa.table({"coordinates": rows["coordinates"], "error": error}).filter(lacking)
+    return rows.filter(pc.invert(lacking)), rejected
+
+
 def fold(
-    events: pa.Table, keys: Mapping[TableId, Sequence[str]], barriers: Sequence[Barrier]
+    events: pa.Table,
+    keys: Mapping[TableId, Sequence[str]],
+    barriers: Sequence[Barrier],
+    rejected: list[tuple[TableId, pa.Table]] | None = None,
 ) -> Iterable[tuple[TableId, pa.Table]]:
-    """The batch's DML events -> per table, one row per (segment, key); tables without a key are skipped."""
+    """The batch's DML events -> per table, one row per (segment, key); tables without a key are skipped.
+    Events lacking a key value (:func:`keyless`) are left out and, with ``rejected``, appended to it."""
     by_table: dict[TableId, list[tuple[int, ...]]] = {}
     systems: dict[TableId, list[str | None]] = {}
     for barrier in barriers:
@@ -413,12 +447,15 @@ def fold(
         rows = _with_key(rows, key)
         own, own_systems = by_table.get(table, []), systems.get(table)
         # A message may name another key than the table's (rare): each key is folded on its own.
-        distinct = pc.unique(pc.binary_join(rows["primary_key"], "\x1f")).to_pylist()
-        if len(distinct) <= 1:
-            yield table, fold_table(rows, list(rows["primary_key"][0].as_py() or key), own, own_systems)
-            continue
         joined = pc.binary_join(rows["primary_key"], "\x1f")
-        parts = [
-            fold_table(rows.filter(pc.equal(joined, d)), d.split("\x1f"), own, own_systems) for d in distinct
-        ]
-        yield table, pa.concat_tables(parts)
+        distinct = pc.unique(joined).to_pylist()
+        parts = []
+        for d in distinct:
+            part = rows if len(distinct) == 1 else rows.filter(pc.equal(joined, d))
+            part, lacking = keyless(part, d.split("\x1f"), table)
+            if lacking is not None and rejected is not None:
+                rejected.append((table, lacking))
+            if part.num_rows:
+                parts.append(fold_table(part, d.split("\x1f"), own, own_systems))
+        if parts:
+            yield table, parts[0] if len(parts) == 1 else pa.concat_tables(parts)
