@@ -8,7 +8,7 @@ the whole catalogue costs one batch. Outcomes (docs/operations.md, "Accounting a
 | not JSON, truncated JSON, invalid UTF-8 | dead letter (decode) |
 | wrong type of an ordering field (``"es": "abc"``) | dead letter naming the field |
 | unknown op type | dead letter ``unknown op type`` |
-| no primary key in a keyed format (canal `pkNames: []`) | dead letter ``missing primary key`` |
+| no primary key in the message (canal `pkNames: []`) nor in tables.keys | ``no primary key known`` |
 | NULL primary key value | dead letter ``NULL or absent primary key column`` |
 | key change (update of the key) | applied: the row moves |
 | huge row (a 5 MB value) | applied |
@@ -58,7 +58,7 @@ def catalogue() -> list[tuple[str, bytes, str | None]]:
         ("invalid utf-8", b'{"data": [{"id": "22", "name": "\xff\xfe"}]}', "not valid UTF-8"),
         ("wrong type", line(wrong_es), 'malformed ordering field ["es"]'),
         ("unknown op", line(canal("MERGE", [order(23)], es=ES + 2)), 'unknown op type ["MERGE"]'),
-        ("no key known", line(no_key), "missing primary key (pkNames is empty)"),
+        ("no key known", line(no_key), "no primary key known for shop.nokey"),
         (
             "null key",
             line(canal("INSERT", [{**order(24), "id": None}], es=ES + 4)),

@@ -193,7 +193,7 @@ def test_values_that_do_not_fit_are_dead_letters_naming_the_column(runner, tmp_p
         (
             '{"data": [{"id": "1"}], "database": "shop", "table": "t", "isDdl": false, "type": "INSERT",'
             ' "es": 1, "pkNames": []}',
-            "missing primary key",
+            "no primary key known for shop.t",
         ),
         (
             '{"data": [{"id": null}], "database": "shop", "table": "t", "isDdl": false, "type": "INSERT",'

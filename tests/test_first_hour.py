@@ -58,7 +58,7 @@ def test_a_run_that_dead_letters_every_record_of_a_new_table_says_so_and_exits_4
     assert code == 4
     line = out.strip().splitlines()[-1]
     assert "6 records in 1 batch: 2 applied, 0 filtered, 5 dead letters" in line, line
-    assert "most frequent error (5×): missing primary key (pkNames is empty)" in line
+    assert "most frequent error (5×): no primary key known for shop.events" in line
     assert "replicator dead-letters --config" in line
     assert "every record of 1 table (shop.events) became a dead letter" in err
     assert "dead_tables: warn" in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import shutil
@@ -83,6 +84,68 @@ def test_keyless_format_takes_keys_from_the_job_file(spark, tmp_path):
     assert summary.dead_letters == 2 and len(dead) == 2
     assert all("no primary key known for inventory.customers" in d["error"] for d in dead)
     assert all(b'"inventory"' in d["raw"] for d in dead)
+
+
+def _line(fixture: str, number: int) -> str:
+    return (FIXTURES / fixture).read_text(encoding="utf-8").splitlines()[number - 1]
+
+
+def _canal_without_key() -> str:
+    from tests.helpers import canal, order
+
+    message = canal("INSERT", [order(1, "pen")], es=1_700_000_000_000, table="items")
+    return json.dumps({**message, "pkNames": []})
+
+
+# A message of a table without a primary key in each format that can send one, as (file name, content),
+# the mirror it reaches and its row.
+WITHOUT_KEY = {
+    "canal-json": (
+        ("m.jsonl", _canal_without_key),
+        ("shop", "items"),
+        {"id": 1, "name": "pen", "amount": Decimal("1.00"), "ts": dt.datetime(2024, 1, 1)},
+    ),
+    "cloudcanal-json": (
+        ("m.json", lambda: (FIXTURES / "cloudcanal-json" / "seed004-dml.json").read_text(encoding="utf-8")),
+        ("db_test", "table_test"),
+        {"col1": "11", "col2": "11", "col_pk": "11"},
+    ),
+    "river-canal": (
+        ("m.jsonl", lambda: _line("river-canal/bad-messages.jsonl", 8)),
+        ("TestCanal", "t"),
+        {"id": 1, "x": "a"},
+    ),
+    "dts-avro": (
+        ("m.b64", lambda: _line("dts-avro/bad.b64", 4)),
+        ("shop", "orders"),
+        {"id": 1, "name": "pen", "price": Decimal("1.50"), "note": None},
+    ),
+}
+
+
+@pytest.mark.parametrize("dialect", WITHOUT_KEY)
+def test_a_table_without_a_primary_key_takes_it_from_tables_keys(spark, tmp_path, dialect):
+    """Empty pkNames / pks / keys / pk_uk_info (a source table without a primary key): `tables.keys` gives
+    the key and the events apply (docs/configuration.md); without it they are the engine's dead letters
+    asking for it."""
+    (name, content), (database, table), row = WITHOUT_KEY[dialect]
+    folder = tmp_path / "in"
+    folder.mkdir()
+    text = content()
+    (folder / name).write_text(text + "\n", encoding="utf-8")
+    key = next(iter(row))
+    keys = {"tables": {"keys": {f"{database}.{table}": [key]}}}
+    keyed = Runner(spark, job(tmp_path / "keyed", source={"dialect": dialect}, **keys))
+    summary = keyed.batch(folder)
+    assert (summary.applied, summary.dead_letters) == (1, 0)
+    [got] = keyed.mirror(database, table)
+    assert {c: got[c] for c in row} == row
+    unkeyed = Runner(spark, job(tmp_path / "unkeyed", source={"dialect": dialect}))
+    assert unkeyed.batch(folder).dead_letters == 1
+    [dead] = unkeyed.dead_letters()
+    assert f"no primary key known for {database}.{table}" in dead["error"]
+    raw = base64.b64decode(text) if name.endswith(".b64") else text.strip().encode()
+    assert dead["raw"].strip() == raw and dead["source"].endswith(name)
 
 
 def test_decode_command_prints_one_event_per_line(tmp_path, capsys, spark):

@@ -302,12 +302,13 @@ class CanalJson(Dialect):
         add = out.row
         for index, raw_row in enumerate(rows):
             row = normalize(image(raw_row), types, facts)
-            if row is None or not pk or None in map(row.get, pk):
+            # Empty or null pkNames (a source table without a primary key): primary_key [], resolved by the
+            # engine like a keyless format's (the Kafka record key, tables.keys, the registry), else its
+            # dead letter "no primary key known" (docs/dialects.md).
+            if row is None or (pk and None in map(row.get, pk)):
                 problem = (
                     f"no rows in '{source}'"
                     if row is None
-                    else "missing primary key (pkNames is empty)"
-                    if not pk
                     else f"NULL or absent primary key column in {to_json(pk)}"
                 )
                 out.fail(at, name, problem, database=database, schema=schema, table=table, row=index)

@@ -164,9 +164,7 @@ class CloudCanalJson(Dialect):
                 key_image = after if after is not None else before
                 if row is None:
                     failure = "no rows in 'data'"
-                elif not pk:
-                    failure = "missing primary key (pks is empty)"
-                elif any(key_image.get(k) is None for k in pk):  # type: ignore[union-attr, arg-type]
+                elif pk and any(key_image.get(k) is None for k in pk):  # type: ignore[union-attr, arg-type]
                     failure = f"NULL or absent primary key column in {to_json(pk)}"
             if failure is not None:
                 out.fail(at, name, failure, row=index, **ident)

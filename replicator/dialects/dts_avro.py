@@ -375,8 +375,8 @@ def _fill(out: dict[str, Any], record: dict[str, Any]) -> None:
             images[side] = _image(record.get(f"{side}Images"), fields, side, hints)
     out["after"], out["before"] = images.get("after"), images.get("before")
     out["source_types"] = _source_types(fields, hints, source_type in MYSQL_SOURCES)
-    if not primary_key:
-        raise ValueProblem("missing primary key (tags.pk_uk_info has no PRIMARY)")
+    if not primary_key:  # a table without a primary key: resolved by the engine (tables.keys, ...)
+        return
     key_image = images.get("after") or images.get("before") or {}
     if any(key_image.get(k) is None for k in primary_key):
         raise ValueProblem(f"NULL or absent primary key column in {json.dumps(primary_key)}")

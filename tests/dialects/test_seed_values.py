@@ -190,13 +190,12 @@ def test_ckafka_seed_rows():
 
 
 # ---- seed 004: CloudCanal, Debezium (as written in the seed) -----------------------------------------------
-def test_cloudcanal_seed_update_without_a_key_is_a_dead_letter():
-    """Seed 004's CloudCanal update has ``pks: []``: no key to merge on, so a dead letter naming why."""
-    check(
-        "cloudcanal-json",
-        "cloudcanal-json/seed004-dml.json",
-        [{"database": "db_test", "table": "table_test", "error": "missing primary key (pks is empty)"}],
-    )
+def test_cloudcanal_seed_update_without_a_key_leaves_the_key_to_the_engine():
+    """Seed 004's CloudCanal update has ``pks: []`` (a table without a primary key): an event without key
+    columns, which the engine keys from tables.keys (or dead-letters: no primary key known)."""
+    [event] = typed_events("cloudcanal-json", "cloudcanal-json/seed004-dml.json")
+    assert (event["op"], event["table"], event["primary_key"]) == ("update", "table_test", [])
+    assert event["after"] == {"col1": "11", "col2": "11", "col_pk": "11"}
 
 
 def test_debezium_seed004_insert():
@@ -279,18 +278,14 @@ def test_drs_seed_init_and_update(dialect, suffix, timezone):
     )
 
 
-def test_drs_seed_gaussdb_update_without_a_key_is_a_dead_letter():
-    check(
-        "drs-json",
-        "drs-json/seed003-gaussdb-update.json",
-        [
-            {
-                "database": "database01",
-                "schema": "schema01",
-                "table": "table01",
-                "error": "missing primary key (pkNames is empty)",
-            }
-        ],
+def test_drs_seed_gaussdb_update_without_a_key_leaves_the_key_to_the_engine():
+    """``pkNames: null``: an event without key columns, keyed by the engine (tables.keys) or dead."""
+    [event] = typed_events("drs-json", "drs-json/seed003-gaussdb-update.json")
+    assert (event["op"], event["schema"], event["table"], event["primary_key"]) == (
+        "update",
+        "schema01",
+        "table01",
+        [],
     )
 
 
