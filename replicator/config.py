@@ -70,6 +70,11 @@ class SourceConfig(_Model):
     )
     zero_dates: Literal["null", "dead_letter"] = "null"
     avro_schema: Path | None = None
+    max_decompressed_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description="the most bytes one compressed block (a dts-avro container file's) may decompress to",
+    )
     kafka: KafkaOptions | None = None
 
     @field_validator("timezone")

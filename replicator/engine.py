@@ -126,6 +126,7 @@ class Engine:
             timezone=config.source.timezone,
             zero_dates=config.source.zero_dates,
             avro_schema=config.source.avro_schema,
+            max_decompressed_bytes=config.source.max_decompressed_bytes,
         )
         self.on_barrier = barrier_handler(config)
         self._background = ThreadPoolExecutor(1, thread_name_prefix="changelog")

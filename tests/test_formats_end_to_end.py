@@ -186,6 +186,25 @@ def test_dts_avro_datums_and_a_container_file_reach_the_mirror(spark, tmp_path):
     ]
 
 
+def test_a_container_block_over_the_job_files_limit_is_a_dead_letter(spark, tmp_path):
+    """`source.max_decompressed_bytes` reaches the decode tasks: a deflate container whose block holds more
+    is a dead letter naming the file (its raw record kept); a container within it, beside it, applies."""
+    from tests.dialects.test_dts_avro import _container_with_block, _deflated_zeros
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "dts-avro" / "container.avro", folder / "good.avro")
+    bomb = _container_with_block("deflate", _deflated_zeros(8 << 20))
+    (folder / "bomb.avro").write_bytes(bomb)
+    config = job(tmp_path, source={"dialect": "dts-avro", "max_decompressed_bytes": 4 << 20})
+    runner = Runner(spark, config)
+    summary = runner.batch(folder)
+    [dead] = runner.dead_letters()
+    assert dead["source"].endswith("bomb.avro") and dead["offset"] is not None and dead["raw"] == bomb
+    assert "a deflate block decompresses to more than 4,194,304 bytes" in dead["error"]
+    assert summary.dead_letters == 1 and [r["id"] for r in runner.mirror("shop", "orders")] == [101]
+
+
 def test_drs_json_c_files_reach_the_mirror_typed_in_the_source_zone(spark, tmp_path):
     """drs-json-c through a real job: JSON-C writes TIMESTAMP as the source zone's wall clock, read in
     source.timezone (Asia/Shanghai, as seed 003's DATETIME shows): the mirror holds the instant drs-json

@@ -56,6 +56,11 @@ def _lines_hint(raw: bytes) -> str:
     return JSON_LINES.format(n=raw.count(b"\n") + (not raw.endswith(b"\n")))
 
 
+# dts-avro: the most bytes one compressed block of a container file may decompress to (a decompression bomb
+# otherwise fills the worker's memory; source.max_decompressed_bytes).
+MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class DecodeOptions:
     """What decoding needs from the job file."""
@@ -63,6 +68,7 @@ class DecodeOptions:
     timezone: str = "UTC"
     zero_dates: str = "null"  # "null" | "dead_letter"
     avro_schema: Path | None = None
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
 
 
 class Dialect:

@@ -11,6 +11,7 @@ instance. Value encodings: notes/ENCODINGS.md §5.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import io
 import json
 import re
@@ -18,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from replicator.dialects.base import DecodeOptions, Dialect
+from replicator.dialects.base import MAX_DECOMPRESSED_BYTES, DecodeOptions, Dialect
 from replicator.dialects.dts_record import record_schema
 from replicator.dialects.events import At, Events, epoch_micros
 
@@ -193,15 +194,17 @@ class DtsAvro(Dialect):
 
     def decode_raw(self, raw: bytes | None, at: At, out: Events) -> None:
         """One raw record: a plain datum, or a container file whose records get index 0, 1, ..."""
-        for record, record_at, error in read_records(raw, self.parsed_schema(), at):
+        limit = self.options.max_decompressed_bytes
+        for record, record_at, error in read_records(raw, self.parsed_schema(), at, limit):
             add_event(out, record, record_at, error, self.name)
 
 
 def read_records(
-    raw: bytes | None, parsed: Any, at: At
+    raw: bytes | None, parsed: Any, at: At, limit: int = MAX_DECOMPRESSED_BYTES
 ) -> Iterator[tuple[dict[str, Any] | None, At, str | None]]:
     """(record, where it is, error) for each record of one raw record; ``At.raw`` is the record's own bytes
-    (a container file's record re-encoded as a plain datum)."""
+    (a container file's record re-encoded as a plain datum). ``limit``: the most bytes one compressed block
+    of a container file may decompress to (:func:`bounded_block_readers`)."""
     import fastavro
 
     if not raw:
@@ -209,8 +212,9 @@ def read_records(
         return
     if raw.startswith(CONTAINER_MAGIC):
         index = 0  # of the record being read: a failure is reported at its index
+        bounded_block_readers()
         try:
-            reader = fastavro.reader(io.BytesIO(raw), return_named_type=True)
+            reader = fastavro.reader(_Container(raw, limit), return_named_type=True)
             writer_schema = reader.writer_schema
             if empty_items(writer_schema):
                 raise ValueError(
@@ -243,6 +247,85 @@ def read_records(
         )
         return
     yield cast(dict, record), at, None
+
+
+class _Container(io.BytesIO):
+    """A container file's bytes, with the most one of its blocks may decompress to (read by the block
+    readers, which fastavro hands this stream, or a decoder holding it as ``fo``)."""
+
+    def __init__(self, raw: bytes, limit: int) -> None:
+        super().__init__(raw)
+        self.limit = limit
+
+
+class BlockTooLarge(ValueError):
+    pass
+
+
+def _block(source: Any) -> tuple[bytes, int]:
+    """A compressed block's bytes (Avro: a long, its length, then the bytes) and the stream's limit.
+    fastavro's compiled reader hands a block reader the stream, its pure-Python reader a decoder."""
+    stream = getattr(source, "fo", source)
+    limit = getattr(stream, "limit", MAX_DECOMPRESSED_BYTES)
+    if hasattr(source, "read_bytes"):
+        return source.read_bytes(), limit
+    value = shift = 0
+    while True:  # zig-zag varint (Avro's long)
+        byte = stream.read(1)
+        if not byte:
+            raise EOFError("a block's length is cut short")
+        value |= (byte[0] & 0x7F) << shift
+        shift += 7
+        if not byte[0] & 0x80:
+            break
+    length = (value >> 1) ^ -(value & 1)
+    if length < 0:
+        raise ValueError(f"a block's length is negative ({length})")
+    return stream.read(length), limit
+
+
+def _bounded(codec: str, decompressor: Any) -> Any:
+    def read_block(source: Any) -> io.BytesIO:
+        data, limit = _block(source)
+        out = decompressor().decompress(data, limit + 1)
+        if len(out) > limit:
+            raise BlockTooLarge(
+                f"a {codec} block decompresses to more than {limit:,} bytes (source.max_decompressed_bytes: "
+                "a decompression bomb, or a block larger than the job allows)"
+            )
+        return io.BytesIO(out)
+
+    return read_block
+
+
+def _not_read(codec: str) -> Any:
+    def read_block(source: Any) -> io.BytesIO:
+        raise ValueError(f"codec {codec!r} is not read (no size-bounded decompressor; docs/dialects.md)")
+
+    return read_block
+
+
+@functools.cache
+def bounded_block_readers() -> None:
+    """fastavro's block readers (its documented ``BLOCK_READERS`` hook) replaced, once per process, by ones
+    that stop at the stream's limit: fastavro's own decompress a whole block at once, so a few kilobytes of
+    deflate claiming gigabytes filled the worker's memory. deflate, bzip2 and xz are read incrementally
+    up to the limit; other codecs (snappy, zstandard, lz4: libraries this project does not install) are
+    refused, so that installing one later opens no unbounded path."""
+    import bz2
+    import lzma
+    import zlib
+
+    from fastavro import read
+
+    for codec in list(read.BLOCK_READERS):
+        if codec != "null":
+            read.BLOCK_READERS[codec] = _not_read(codec)
+    for codec in ("snappy", "zstandard", "lz4"):
+        read.BLOCK_READERS[codec] = _not_read(codec)
+    read.BLOCK_READERS["deflate"] = _bounded("deflate", lambda: zlib.decompressobj(-15))
+    read.BLOCK_READERS["bzip2"] = _bounded("bzip2", bz2.BZ2Decompressor)
+    read.BLOCK_READERS["xz"] = _bounded("xz", lzma.LZMADecompressor)
 
 
 def empty_items(schema: Any) -> bool:

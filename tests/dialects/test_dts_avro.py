@@ -197,3 +197,103 @@ def test_container_failure_is_reported_at_the_failing_record():
     assert [r[2] is None for r in results] == [True] * (len(records) - 1) + [False]
     assert [r[1].index for r in results] == list(range(len(records)))
     assert results[-1][2].startswith("not a DTS Avro container file")
+
+
+def _varint(n: int) -> bytes:
+    """An Avro long (zig-zag varint)."""
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _container_with_block(codec: str, data: bytes, count: int = 1) -> bytes:
+    """A container file of the Record schema whose one block is ``data`` as it is (``codec``'s bytes)."""
+    sync = b"replicator-bomb!"
+    out = io.BytesIO()
+    fastavro.writer(out, fastavro.parse_schema(record_schema()), [], codec=codec, sync_marker=sync)
+    return out.getvalue() + _varint(count) + _varint(len(data)) + data + sync
+
+
+def _deflated_zeros(size: int) -> bytes:
+    """``size`` zero bytes as a raw deflate stream (Avro's deflate codec), compressed a MiB at a time."""
+    import zlib
+
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15)
+    chunk = bytes(1 << 20)
+    parts = [packer.compress(chunk) for _ in range(size >> 20)]
+    return b"".join([*parts, packer.flush()])
+
+
+@pytest.mark.parametrize("codec", ["deflate", "bzip2", "xz"])
+def test_a_compressed_block_larger_than_the_limit_is_a_dead_letter(codec):
+    """A decompression bomb: a few kilobytes whose block claims more than ``max_decompressed_bytes`` stop at
+    the limit (never decompressed whole) and are a dead letter of the container at that record's index; a
+    block within the limit decodes."""
+    import bz2
+    import lzma
+
+    from replicator.dialects.dts_avro import read_records
+
+    schema = fastavro.parse_schema(record_schema())
+    records = list(fastavro.reader((FOLDER / "container.avro").open("rb")))
+    datum = io.BytesIO()
+    fastavro.schemaless_writer(datum, schema, records[0])
+    compress = {
+        "deflate": lambda b: _deflated_zeros(len(b)) if not b.strip(b"\0") else None,
+        "bzip2": bz2.compress,
+        "xz": lambda b: lzma.compress(b, format=lzma.FORMAT_XZ),
+    }[codec]
+    at = At(batch_id=0, source="bomb.avro", partition=0, offset=7, index=0, raw=None)
+    limit = 1 << 20
+    if codec == "deflate":
+        import zlib
+
+        packer = zlib.compressobj(9, zlib.DEFLATED, -15)
+        good = packer.compress(datum.getvalue()) + packer.flush()
+    else:
+        good = compress(datum.getvalue())
+    [(record, _at, error)] = read_records(_container_with_block(codec, good), schema, at, limit)
+    assert error is None and record["id"] == records[0]["id"]
+    bomb = _deflated_zeros(4 * limit) if codec == "deflate" else compress(bytes(4 * limit))
+    assert len(bomb) < 10_000
+    [(record, where, error)] = read_records(_container_with_block(codec, bomb), schema, at, limit)
+    assert record is None and (where.source, where.offset, where.index) == ("bomb.avro", 7, 0)
+    assert f"a {codec} block decompresses to more than 1,048,576 bytes" in error
+    assert "source.max_decompressed_bytes" in error
+
+
+def test_a_deflate_bomb_stops_at_the_default_limit():
+    """256 MiB of zeros in ~250 KB of deflate: read up to the 64 MiB default, then a dead letter, with the
+    worker's memory never holding the whole block."""
+    import tracemalloc
+
+    from replicator.dialects.base import MAX_DECOMPRESSED_BYTES
+    from replicator.dialects.dts_avro import read_records
+
+    bomb = _container_with_block("deflate", _deflated_zeros(256 << 20))
+    assert len(bomb) < 300_000
+    at = At(batch_id=0, source="bomb.avro", partition=0, offset=1, index=0, raw=None)
+    tracemalloc.start()
+    try:
+        [(_record, _at, error)] = read_records(bomb, fastavro.parse_schema(record_schema()), at)
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert f"more than {MAX_DECOMPRESSED_BYTES:,} bytes" in error
+    assert peak < 3 * MAX_DECOMPRESSED_BYTES  # the limit and zlib's growing output buffer, not the block
+
+
+def test_codecs_without_a_bounded_reader_are_refused():
+    from replicator.dialects.dts_avro import read_records
+
+    at = At(batch_id=0, source="x.avro", partition=0, offset=1, index=0, raw=None)
+    schema = fastavro.parse_schema(record_schema())
+    for codec in ("snappy", "zstandard", "lz4"):
+        named = _varint(len(codec)) + codec.encode()  # the header's avro.codec value (Avro bytes)
+        raw = _container_with_block("null", b"\0" * 8).replace(_varint(4) + b"null", named, 1)
+        [(_record, _at, error)] = read_records(raw, schema, at)
+        assert f"codec {codec!r} is not read" in error
