@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import astuple, dataclass
 from pathlib import Path
 
@@ -174,6 +174,18 @@ WriterFactory = Callable[..., MirrorWriter]  # (path, properties=None)
 def sql_string(text: str) -> str:
     """A Spark SQL string literal of any text (backslash escapes are on by default)."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# Characters Delta Lake for Spark refuses in a column name unless the table maps its columns by name (Delta's
+# column mapping, ``delta.columnMapping.mode = name``); delta-rs accepts them in a plain table. A source may
+# have them (MySQL allows any character in a backquoted name).
+DELTA_SPECIAL = frozenset(" ,;{}()\n\t=")
+COLUMN_MAPPING = "delta.columnMapping.mode"
+
+
+def needs_column_mapping(names: Iterable[str]) -> bool:
+    """Whether delta-spark can hold these column names only in a table with column mapping."""
+    return any(not DELTA_SPECIAL.isdisjoint(name) for name in names)
 
 
 def quote(name: str) -> str:

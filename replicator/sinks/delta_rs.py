@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from replicator.sinks.base import MergeResult, MirrorWriter, Txn, key_range, quote, rows_with
+from replicator.sinks.base import COLUMN_MAPPING, MergeResult, MirrorWriter, Txn, key_range, quote, rows_with
 
 
 def _commit(txn: Txn | None):  # type: ignore[no-untyped-def]
@@ -23,14 +23,22 @@ def has_deletion_vectors(table) -> bool:  # type: ignore[no-untyped-def]
     return "deletionVectors" in (table.protocol().reader_features or [])
 
 
+def column_mapped(table) -> bool:  # type: ignore[no-untyped-def]
+    """Whether a table (a deltalake.DeltaTable) maps its columns to physical names (a mirror delta-spark
+    made for column names with blanks or ``,;{}()=``: sinks.base.needs_column_mapping)."""
+    return table.metadata().configuration.get(COLUMN_MAPPING, "none") != "none"
+
+
 def read_table(table, columns: Sequence[str] | None = None, where: str | None = None) -> pa.Table:  # type: ignore[no-untyped-def]
     """A Delta table's rows (a deltalake.DeltaTable at its loaded version), deletion vectors applied.
 
     deltalake 1.6's pyarrow dataset refuses a table whose protocol has the ``deletionVectors`` reader
-    feature ("not yet supported by the deltalake reader"); its DataFusion query engine reads such a table
-    and skips the rows its deletion vectors mark (tests/test_deletion_vectors.py proves both). ``where``
-    (a SQL predicate) prunes files on the first path and filters rows on the second."""
-    if not has_deletion_vectors(table):
+    feature ("not yet supported by the deltalake reader"), and reads every column of a column-mapped table
+    as NULL (it looks the logical names up in files that hold the physical ones: measured); its DataFusion
+    query engine reads both right and skips the rows deletion vectors mark (tests/test_deletion_vectors.py,
+    tests/hostile/test_values.py). ``where`` (a SQL predicate) prunes files on the first path and filters
+    rows on the second."""
+    if not has_deletion_vectors(table) and not column_mapped(table):
         dataset = (
             table.to_pyarrow_dataset(file_pruning_predicate=where) if where else table.to_pyarrow_dataset()
         )
@@ -57,7 +65,16 @@ class DeltaRsWriter(MirrorWriter):
         return DeltaTable.is_deltatable(self.path)
 
     def schema(self) -> pa.Schema:
-        return pa.schema(self._table().schema().to_arrow())
+        """The mirror's columns, with their metadata (replicator's own) but not a column-mapped table's
+        physical names and ids (the table's, not its columns' meaning: never copied into another)."""
+        schema = pa.schema(self._table().schema().to_arrow())
+        if not any(f.metadata and b"delta.columnMapping.id" in f.metadata for f in schema):
+            return schema
+        fields = []
+        for f in schema:
+            kept = {k: v for k, v in (f.metadata or {}).items() if not k.startswith(b"delta.columnMapping.")}
+            fields.append(f.with_metadata(kept) if kept else f.remove_metadata())
+        return pa.schema(fields, metadata=schema.metadata)
 
     def create(self, schema: pa.Schema, partition_by: Sequence[str] = ()) -> None:
         from deltalake import DeltaTable

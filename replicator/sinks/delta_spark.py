@@ -15,7 +15,15 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 
-from replicator.sinks.base import MergeResult, MirrorWriter, Txn, key_range, sql_string
+from replicator.sinks.base import (
+    COLUMN_MAPPING,
+    MergeResult,
+    MirrorWriter,
+    Txn,
+    key_range,
+    needs_column_mapping,
+    sql_string,
+)
 
 _TXN_LOCK = threading.Lock()
 
@@ -114,9 +122,12 @@ class DeltaSparkWriter(MirrorWriter):
         # SQL text of its own; Delta keeps it as the table's 'comment'. Properties are literals too.
         if self.description:
             sql += f" COMMENT {sql_string(self.description)}"
-        if self.properties:  # (with the table's first commit)
+        properties = dict(self.properties)
+        if needs_column_mapping(schema.names):  # names with blanks, ',;{}()=': Delta maps them by name
+            properties.setdefault(COLUMN_MAPPING, "name")
+        if properties:  # (with the table's first commit)
             sql += " TBLPROPERTIES ({})".format(
-                ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in sorted(self.properties.items()))
+                ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in sorted(properties.items()))
             )
         self.spark.sql(sql)
 
@@ -129,11 +140,23 @@ class DeltaSparkWriter(MirrorWriter):
         from pyspark.sql.pandas.types import from_arrow_type
 
         if fields:
+            if needs_column_mapping(f.name for f in fields) and self._mapping() == "none":
+                # A column such as `order note` added to a table made without column mapping: Delta
+                # turns it on in place (the protocol upgraded, the data files kept).
+                self.spark.sql(
+                    f"ALTER TABLE {self._table_ref} SET TBLPROPERTIES ({sql_string(COLUMN_MAPPING)} = 'name')"
+                )
             cols = ", ".join(
                 f"{_ident(f.name)} {from_arrow_type(f.type, prefer_timestamp_ntz=True).simpleString()}"
                 for f in fields
             )
             self.spark.sql(f"ALTER TABLE {self._table_ref} ADD COLUMNS ({cols})")
+
+    def _mapping(self) -> str:
+        """The table's column mapping mode (none, name or id), from its log through delta-rs."""
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.path).metadata().configuration.get(COLUMN_MAPPING, "none")
 
     def applied_version(self, app_id: str) -> int | None:
         # From the log through delta-rs (its checkpoints included, no Spark job): reading the log's JSON
