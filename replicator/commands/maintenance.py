@@ -41,7 +41,7 @@ def optimize(
     vacuum files older than ``vacuum_hours`` that no version needs (None: no vacuum)."""
     from deltalake import DeltaTable
 
-    from replicator.sinks.delta_rs import has_deletion_vectors
+    from replicator.sinks.delta_rs import column_mapped, has_deletion_vectors
 
     state = State.of(config)
     done = []
@@ -55,7 +55,8 @@ def optimize(
         # Rewrites and vacuums (deletes files): only a mirror of this job's registry under target.path.
         state.check_mirror((database, schema, name), known.mirror, "optimize", registry)
         mirror = DeltaTable(known.mirror)
-        if has_deletion_vectors(mirror):
+        # delta-rs refuses OPTIMIZE of a column-mapped table ("not supported for write operation 'OPTIMIZE'")
+        if has_deletion_vectors(mirror) or column_mapped(mirror):
             result = _optimize_with_spark(config, label, known.mirror, list(known.primary_key), vacuum_hours)
             log.info("optimized", **result.__dict__)
             done.append(result)

@@ -365,6 +365,11 @@ def test_a_source_table_with_such_names_is_mirrored_alike_by_both_writers(spark,
     summary = runner.messages(tmp_path, [canal("INSERT", [odd(2, "late")], es=ES + 1, types=types,
                                                pk=[SPECIAL[0]], table="odd")])  # fmt: skip
     assert summary.applied == 1 and len(runner.mirror("shop", "odd")) == 1  # the tombstone holds
+    from replicator.commands.maintenance import optimize
+
+    before = runner.mirror("shop", "odd")
+    assert [o.table for o in optimize(runner.config, "shop.odd")] == ["shop.odd"]
+    assert runner.mirror("shop", "odd") == before
 
 
 # ---- one record never stops the job: deep nesting, numbers too long for Python's int ----------------------
