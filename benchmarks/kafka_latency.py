@@ -14,22 +14,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from latency import latencies
-from workload import batch_lines, message, row
+from latency import report, timed_run
+from workload import message, row
 
 from replicator.broker import kafka_broker
 
@@ -82,49 +80,14 @@ def main() -> None:
             f'{{bootstrap_servers: "{broker.bootstrap_servers}", topics: [latency]}}}}\n'
             "target: {path: lake}\nstate: {path: state}\ntrigger: {interval: 1 second}\n"
         )
-        job = subprocess.Popen(
-            [sys.executable, "-m", "replicator.commands.cli", "mirror", "--config", "job.yaml"],
-            cwd=work,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        time.sleep(12)  # let Spark start before the clock of the measured events starts
-        started_ms = time.time() * 1000
-        stop = threading.Event()
-        thread = threading.Thread(
-            target=producer, args=(broker.bootstrap_servers, "latency", args.rate, stop)
-        )
-        thread.start()
-        time.sleep(args.seconds)
-        stop.set()
-        thread.join()
-        time.sleep(5)  # the last records
-        os.killpg(job.pid, signal.SIGTERM)
-        _, err = job.communicate(timeout=120)
-    batches = batch_lines(err)
+        feed = partial(producer, broker.bootstrap_servers, "latency", args.rate)
+        started_ms, err = timed_run(work, feed, args.seconds)
     (work / "job.log").write_text(err)
-    if not (work / "lake" / "bench" / "orders").exists():
+    mirror = work / "lake" / "bench" / "orders"
+    if not mirror.exists():
         raise SystemExit(f"nothing mirrored; job log:\n{err[-3000:]}")
-    values = sorted(latencies(work / "lake" / "bench" / "orders", int(started_ms + args.warmup * 1000)))
-    if not values:
-        raise SystemExit(f"no events measured; job log:\n{err[-3000:]}")
-
-    def pct(p: float) -> float:
-        return round(values[min(len(values) - 1, int(p * len(values)))], 1)
-
-    result = {
-        "rate": args.rate,
-        "seconds": args.seconds,
-        "partitions": PARTITIONS,
-        "events_measured": len(values),
-        "p50_ms": pct(0.50),
-        "p95_ms": pct(0.95),
-        "max_ms": round(values[-1], 1),
-        "batches": len(batches),
-        "median_batch_ms": sorted(b["duration_ms"] for b in batches)[len(batches) // 2] if batches else None,
-    }
+    head = {"rate": args.rate, "seconds": args.seconds, "partitions": PARTITIONS}
+    result, _batches = report(mirror, int(started_ms + args.warmup * 1000), err, head)
     print(json.dumps(result, indent=1))
     (work / "result.json").write_text(json.dumps(result, indent=1))
 

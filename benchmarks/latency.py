@@ -22,7 +22,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -72,17 +75,9 @@ def latencies(mirror: Path, warmup_ms: int) -> list[float]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=60)
-    parser.add_argument("--rate", type=int, default=1000, help="events per second")
-    parser.add_argument("--warmup", type=float, default=15, help="seconds of events not counted")
-    parser.add_argument("--workdir", default=str(REPO / "bench-out" / "latency"))
-    args = parser.parse_args()
-    work = Path(args.workdir)
-    shutil.rmtree(work, ignore_errors=True)
-    (work / "landing").mkdir(parents=True)
-    write_job(work, "latency", trigger="1 second")
+def timed_run(work: Path, feed: Callable[[threading.Event], None], seconds: float) -> tuple[float, str]:
+    """``replicator mirror`` running continuously on ``work/job.yaml`` while ``feed`` sends events for
+    ``seconds`` (until its event is set) -> the wall clock (ms) the feed started at, and the job's log."""
     job = subprocess.Popen(
         [sys.executable, "-m", "replicator.commands.cli", "mirror", "--config", "job.yaml"],
         cwd=work,
@@ -94,16 +89,22 @@ def main() -> None:
     time.sleep(12)  # let Spark start before the clock of the measured events starts
     started_ms = time.time() * 1000
     stop = threading.Event()
-    thread = threading.Thread(target=writer, args=(work / "landing", args.rate, stop))
+    thread = threading.Thread(target=feed, args=(stop,))
     thread.start()
-    time.sleep(args.seconds)
+    time.sleep(seconds)
     stop.set()
     thread.join()
-    time.sleep(5)  # the last files
+    time.sleep(5)  # the last files or records
     os.killpg(job.pid, signal.SIGTERM)
     _, err = job.communicate(timeout=120)
+    return started_ms, err
+
+
+def report(mirror: Path, warmup_ms: int, err: str, head: dict[str, Any]) -> tuple[dict[str, Any], list[dict]]:
+    """``head`` and the latencies of the mirror's rows after ``warmup_ms`` (p50, p95, max) and the job's
+    batches, and those batches (from its log ``err``)."""
     batches = batch_lines(err)
-    values = sorted(latencies(work / "lake" / "bench" / "orders", int(started_ms + args.warmup * 1000)))
+    values = sorted(latencies(mirror, warmup_ms))
     if not values:
         raise SystemExit(f"no events measured; job log:\n{err[-3000:]}")
 
@@ -111,16 +112,33 @@ def main() -> None:
         return round(values[min(len(values) - 1, int(p * len(values)))], 1)
 
     result = {
-        "rate": args.rate,
-        "seconds": args.seconds,
+        **head,
         "events_measured": len(values),
         "p50_ms": pct(0.50),
         "p95_ms": pct(0.95),
         "max_ms": round(values[-1], 1),
         "batches": len(batches),
         "median_batch_ms": sorted(b["duration_ms"] for b in batches)[len(batches) // 2] if batches else None,
-        "median_phases_ms": batches[len(batches) // 2]["phases_ms"] if batches else None,
     }
+    return result, batches
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--rate", type=int, default=1000, help="events per second")
+    parser.add_argument("--warmup", type=float, default=15, help="seconds of events not counted")
+    parser.add_argument("--workdir", default=str(REPO / "bench-out" / "latency"))
+    args = parser.parse_args()
+    work = Path(args.workdir)
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "landing").mkdir(parents=True)
+    write_job(work, "latency", trigger="1 second")
+    started_ms, err = timed_run(work, partial(writer, work / "landing", args.rate), args.seconds)
+    mirror = work / "lake" / "bench" / "orders"
+    head = {"rate": args.rate, "seconds": args.seconds}
+    result, batches = report(mirror, int(started_ms + args.warmup * 1000), err, head)
+    result["median_phases_ms"] = batches[len(batches) // 2]["phases_ms"] if batches else None
     print(json.dumps(result, indent=1))
     (work / "result.json").write_text(json.dumps(result, indent=1))
 

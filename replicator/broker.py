@@ -19,7 +19,9 @@ from pathlib import Path
 
 from replicator import jars
 
-_LOG4J = """\
+# A JVM's log4j2 settings: every line into the file ``{log}`` (the broker's, Kafka Connect's: replicator.e2e),
+# then the loggers of each.
+LOG4J_TO_FILE = """\
 status = error
 appender.file.type = File
 appender.file.name = file
@@ -28,11 +30,16 @@ appender.file.layout.type = PatternLayout
 appender.file.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = INFO
 rootLogger.appenderRef.file.ref = file
+"""
+_LOG4J = (
+    LOG4J_TO_FILE
+    + """\
 logger.kafka.name = kafka
 logger.kafka.level = INFO
 logger.state.name = state.change.logger
 logger.state.level = WARN
 """
+)
 
 
 @dataclass(frozen=True)

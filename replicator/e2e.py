@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from replicator import jars
-from replicator.broker import Broker, _java, free_port
+from replicator.broker import LOG4J_TO_FILE, Broker, _java, free_port
 
 USER = "replicator"
 PASSWORD = "replicator"
@@ -151,20 +151,15 @@ def mariadb(folder: Path, timeout: float = 60) -> Iterator[MariaDB]:
         _stop(proc)
 
 
-_CONNECT_LOG4J = """\
-status = error
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = file
+_CONNECT_LOG4J = (
+    LOG4J_TO_FILE
+    + """\
 logger.kafka.name = org.apache.kafka
 logger.kafka.level = WARN
 logger.connect.name = org.apache.kafka.connect.runtime
 logger.connect.level = INFO
 """
+)
 
 
 def connector_settings(

@@ -149,6 +149,21 @@ class Runner:
         return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
 
 
+def job_file(root: Path, extra: str = "", *, name: str = "cli-job", trigger: str | None = "1 second") -> Path:
+    """``root/job.yaml`` for the ``replicator`` command: canal-json files from ``landing`` into ``lake``,
+    state in ``state``, a ``trigger`` interval (None: the default), then the ``extra`` YAML lines."""
+    lines = [
+        f"name: {name}",
+        "source: {type: files, path: landing, dialect: canal-json}",
+        "target: {path: lake}",
+        "state: {path: state}",
+        *([f"trigger: {{interval: {trigger}}}"] if trigger else []),
+    ]
+    path = root / "job.yaml"
+    path.write_text("\n" + "\n".join(lines) + "\n" + extra, encoding="utf-8")
+    return path
+
+
 def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     """The ``replicator`` command in a process of its own (Spark on 2 cores), output captured."""
     return subprocess.run(

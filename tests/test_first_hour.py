@@ -4,29 +4,18 @@ with exit code 2, silent no-ops speak."""
 from __future__ import annotations
 
 import gc
-import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests import helpers
 from tests.helpers import canal, order, write_jsonl
 
 ES = 1_700_000_000_000
 
 
-def job_file(tmp_path: Path, extra: str = "") -> Path:
-    path = tmp_path / "job.yaml"
-    path.write_text(
-        textwrap.dedent("""
-        name: first-hour
-        source: {type: files, path: landing, dialect: canal-json}
-        target: {path: lake}
-        state: {path: state}
-        """)
-        + extra,
-        encoding="utf-8",
-    )
-    return path
+def job_file(root: Path, extra: str = "") -> Path:
+    return helpers.job_file(root, extra, name="first-hour", trigger=None)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -16,26 +15,15 @@ from pathlib import Path
 import pytest
 from chispa import assert_df_equality
 
+from tests import helpers
 from tests.helpers import canal, cli, delta_table, order, write_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 ES = 1_700_000_000_000
 
 
-def job_file(tmp_path: Path, extra: str = "") -> Path:
-    path = tmp_path / "job.yaml"
-    path.write_text(
-        textwrap.dedent("""
-        name: cli-job
-        source: {type: files, path: landing, dialect: canal-json}
-        target: {path: lake}
-        state: {path: state}
-        trigger: {interval: 1 second}
-        """)
-        + extra,
-        encoding="utf-8",
-    )
-    return path
+def job_file(root: Path, extra: str = "") -> Path:
+    return helpers.job_file(root, extra, name="cli-job")
 
 
 def delta_rows(path: Path) -> list[dict]:

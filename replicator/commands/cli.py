@@ -8,8 +8,8 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 # Pydantic looks for its plugins (observability hooks) when the first model class is built, by scanning
 # every installed distribution's entry points, spark-submit's zips included: ~40 ms of each driver's start.
@@ -342,10 +342,31 @@ class _Help(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
-def _command(sub, name: str, summary: str, example: str) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
-    return sub.add_parser(
+CONFIG_HELP = "the job file (YAML, docs/configuration.md)"
+JOB = {"required": True}  # a command's --config: the job file it runs on
+# A sub-command's --config under `dead-letters`: SUPPRESS keeps `dead-letters --config F retry`'s F (a
+# sub-parser default would overwrite it).
+KEPT = {"default": argparse.SUPPRESS}
+
+
+def _command(  # type: ignore[no-untyped-def]
+    sub,
+    name: str,
+    summary: str,
+    example: str,
+    func: Callable[[argparse.Namespace], int] | None = None,
+    config: dict[str, Any] | None = None,
+) -> argparse.ArgumentParser:
+    """A command's parser: its summary and example; ``func`` runs it; ``config``: the keywords of its
+    ``--config`` option, its first (None: it has none)."""
+    parser = sub.add_parser(
         name, help=summary, description=summary, epilog=f"example:\n  {example}", formatter_class=_Help
     )
+    if config is not None:
+        parser.add_argument("--config", help=CONFIG_HELP, **config)
+    if func is not None:
+        parser.set_defaults(func=func)
+    return parser
 
 
 def _version() -> str:
@@ -378,78 +399,78 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"replicator {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    config_help = "the job file (YAML, docs/configuration.md)"
 
     mirror = _command(
         sub,
         "mirror",
         "stream change messages into mirror tables (continuous until SIGTERM, or --available-now)",
         "replicator mirror --config conf/shop.yaml --available-now",
+        func=_mirror,
+        config=JOB,
     )
-    mirror.add_argument("--config", required=True, help=config_help)
     mirror.add_argument(
         "--available-now", action="store_true", help="process what is there, print a summary, then exit"
     )
-    mirror.set_defaults(func=_mirror)
 
     decode = _command(
         sub,
         "decode",
         "print the normalized change events of a file or folder of messages",
         "replicator decode landing/orders.jsonl --dialect auto --json",
+        func=_decode,
     )
     decode.add_argument("file", help="a message file (*.json, *.jsonl, *.ndjson, *.avro, *.b64) or a folder")
     decode.add_argument("--dialect", default="auto", help="the wire format, or auto to detect it")
     decode.add_argument("--timezone", default="UTC", help="the source's time zone (IANA name)")
     decode.add_argument("--avro-schema", default=None, help="dts-avro: the record schema file (.avsc)")
     decode.add_argument("--json", action="store_true", help="one JSON object per line")
-    decode.set_defaults(func=_decode)
 
     boot = _command(
         sub,
         "bootstrap",
         "load a full snapshot into fresh mirrors, then hand over to mirror (docs/operations.md)",
         "replicator bootstrap --config conf/shop.yaml --snapshot dump/ --position mysql-bin.000070:6816",
+        func=_bootstrap,
+        config=JOB,
     )
-    boot.add_argument("--config", required=True, help=config_help)
     boot.add_argument("--snapshot", required=True, help="messages, <db>/<table>/*.parquet|csv or a manifest")
     boot.add_argument("--position", default=None, help="source position the snapshot was taken at")
     boot.add_argument("--restart", action="store_true", help="replace mirrors left by an earlier bootstrap")
     boot.add_argument("--no-progress", action="store_true", help="no progress bar on a terminal")
-    boot.set_defaults(func=_bootstrap)
 
     rep = _command(
         sub,
         "replay",
         "rebuild mirrors as of a time or position from the change log, into another folder",
         "replicator replay --config conf/shop.yaml --as-of 2024-05-01T12:00:00Z --target-path asof/",
+        func=_replay,
+        config=JOB,
     )
-    rep.add_argument("--config", required=True, help=config_help)
     cut = rep.add_mutually_exclusive_group(required=True)
     cut.add_argument("--as-of", default=None, help="source event time: ISO-8601 or epoch ms (inclusive)")
     cut.add_argument("--position", default=None, help="source position (inclusive)")
     cut.add_argument("--mirror-version", default=None, help="Delta time travel: version or time")
     rep.add_argument("--target-path", required=True, help="the folder the replayed mirrors are written to")
     rep.add_argument("--tables", default=None, help="glob on database.table (default: every table)")
-    rep.set_defaults(func=_replay)
 
     fix = _command(
         sub,
         "repair",
         "rebuild mirrors that lost Delta commits (a mirror behind) from the change log",
         "replicator repair --config conf/shop.yaml --tables shop.orders",
+        func=_repair,
+        config=JOB,
     )
-    fix.add_argument("--config", required=True, help=config_help)
     fix.add_argument("--tables", required=True, help="glob on database.table: the mirrors to rebuild")
-    fix.set_defaults(func=_repair)
 
     opt = _command(
         sub,
         "optimize",
         "cluster mirrors by primary key (z-order) and vacuum them",
         "replicator optimize --config conf/shop.yaml --tables 'shop.*' --vacuum-hours 168",
+        func=_optimize,
+        config=JOB,
     )
-    opt.add_argument("--config", required=True, help=config_help)
     opt.add_argument("--tables", default=None, help="glob on database.table (default: every table)")
     opt.add_argument(
         "--vacuum-hours", type=int, default=None, help="also remove unreferenced files older than this"
@@ -457,29 +478,28 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument(
         "--target-file-size", type=int, default=None, help="bytes per data file (default: 100 MB)"
     )
-    opt.set_defaults(func=_optimize)
 
     status = _command(
         sub,
         "status",
         "tables, phases, positions, lag, dead letters and recent batches of a job",
         "replicator status --config conf/shop.yaml --html lag.html",
+        func=_status,
+        config=JOB,
     )
-    status.add_argument("--config", required=True, help=config_help)
     status.add_argument("--json", action="store_true", help="one JSON document")
     status.add_argument(
         "--batches", type=int, default=None, help="how many recent micro-batches to show (10; --html: 500)"
     )
     status.add_argument("--html", default=None, metavar="FILE", help="write a self-contained HTML report")
-    status.set_defaults(func=_status)
 
     dead = _command(
         sub,
         "dead-letters",
         "dead letters by table and error; `retry` re-drives them (docs/operations.md)",
         "replicator dead-letters --config conf/shop.yaml retry --table 'shop.*'",
+        config={},
     )
-    dead.add_argument("--config", help=config_help)
     dead.add_argument("--json", action="store_true", help="one JSON document")
     dead.set_defaults(func=_dead_letters, action=None)
     dead_sub = dead.add_subparsers(
@@ -490,9 +510,8 @@ def build_parser() -> argparse.ArgumentParser:
         "retry",
         "re-drive pending dead letters through the engine, once",
         "replicator dead-letters retry --config conf/shop.yaml --error 'no primary key'",
+        config=KEPT,
     )
-    # SUPPRESS: `dead-letters --config F retry` keeps F (a sub-parser default would overwrite it)
-    again.add_argument("--config", default=argparse.SUPPRESS, help=config_help)
     again.add_argument("--table", default=None, help="glob on database.table (default: every table)")
     again.add_argument("--error", default=None, help="only dead letters whose error contains this text")
     again.add_argument("--batch", type=int, default=None, help="only dead letters of this batch")
@@ -501,8 +520,8 @@ def build_parser() -> argparse.ArgumentParser:
         "discard",
         "set aside dead letters that can never succeed: kept, recorded with who/when/why, no longer pending",
         "replicator dead-letters discard --config conf/shop.yaml --error truncated --reason 'broken export'",
+        config=KEPT,
     )
-    drop.add_argument("--config", default=argparse.SUPPRESS, help=config_help)
     drop.add_argument("--table", default=None, help="glob on database.table")
     drop.add_argument("--error", default=None, help="dead letters whose error contains this text")
     drop.add_argument("--batch", type=int, default=None, help="dead letters of this batch")
@@ -516,32 +535,32 @@ def build_parser() -> argparse.ArgumentParser:
         "show",
         "print mirror tables (rows ordered by primary key)",
         "replicator show --config conf/shop.yaml --table 'shop.orders' --limit 20",
+        func=_show,
+        config=JOB,
     )
-    show.add_argument("--config", required=True, help=config_help)
     show.add_argument("--table", default=None, help="glob on database.table (default: every table)")
     show.add_argument("--limit", type=int, default=50, help="rows per table")
     show.add_argument("--history", action="store_true", help="print the history tables (docs/history.md)")
-    show.set_defaults(func=_show)
 
     archive = _command(
         sub,
         "jvm-archive",
         "write the class archive the Spark driver JVM starts from (docs/operations.md)",
         "replicator jvm-archive",
+        func=_jvm_archive,
     )
     archive.add_argument("--path", default=None, help="where (default: the installation's, see the docs)")
-    archive.set_defaults(func=_jvm_archive)
 
     fetch = _command(
         sub,
         "jars",
         "fetch the JVM parts from Maven Central (Kafka connector, Delta, broker, Debezium)",
         "replicator jars --group spark",
+        func=_jars,
     )
     fetch.add_argument(
         "--group", action="append", choices=("spark", "kafka", "connect"), help="only this group (repeatable)"
     )
-    fetch.set_defaults(func=_jars)
     return parser
 
 

@@ -13,13 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
 from replicator.config import ConfigError, load_config
+from tests import helpers
 from tests.helpers import Runner, canal, cli, delta_table, job, order, write_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,19 +31,7 @@ def rows(path: Path) -> list[dict]:
 
 
 def job_file(root: Path, extra: str = "") -> Path:
-    path = root / "job.yaml"
-    path.write_text(
-        textwrap.dedent("""
-        name: ops-job
-        source: {type: files, path: landing, dialect: canal-json}
-        target: {path: lake}
-        state: {path: state}
-        trigger: {interval: 1 second}
-        """)
-        + extra,
-        encoding="utf-8",
-    )
-    return path
+    return helpers.job_file(root, extra, name="ops-job")
 
 
 # ---- 9: folders --------------------------------------------------------------------------------------------
