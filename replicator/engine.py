@@ -447,7 +447,7 @@ class Engine:
                 self.config,
                 self.state,
                 self.writer,
-                _history_events(batch, history, work.types),
+                _without(_history_events(batch, history, work.types), work.keyless),
                 results,
                 work.links,
                 batch_id,
@@ -780,6 +780,16 @@ def _refused_rows(batch: DecodedBatch, refused: dict[TableId, str]) -> list[Dead
         )
         for r in [*dml, *ddl]
     ]
+
+
+def _without(events: pa.Table, dead: pa.Table | None) -> pa.Table:
+    """``events`` less those at the coordinates of ``dead`` (the fold's events without a key value: dead
+    letters, so not versions of a history table either)."""
+    if dead is None or events.num_rows == 0:
+        return events
+    gone = {tuple(sorted(c.items())) for c in dead["coordinates"].to_pylist()}
+    keep = [tuple(sorted(c.items())) not in gone for c in events["coordinates"].to_pylist()]
+    return events.filter(pa.array(keep))
 
 
 def _keyless_rows(rows: pa.Table) -> list[DeadRow]:

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from tests.helpers import WRITERS, Runner, canal, job, order, write_jsonl
+from tests.helpers import WRITERS, Runner, canal, delta_table, job, order, write_jsonl
 
 ES = 1_700_000_000_000
 
@@ -380,7 +380,8 @@ def test_a_key_column_an_event_lacks_makes_dead_letters_not_a_failed_merge(spark
     """`tables.keys` naming a column the table lacks, or a key column NULL in an event: those events are
     dead letters naming the table and the column, with their raw record; the other tables' events apply."""
     keys = {"inventory.customers": ["nope"], "inventory.*": ["id"]}
-    config = job(tmp_path, source={"dialect": "ckafka"}, tables={"keys": keys}, target={"writer": writer})
+    tables = {"keys": keys, "history": ["inventory.orders"]}  # its history leaves the dead event out too
+    config = job(tmp_path, source={"dialect": "ckafka"}, tables=tables, target={"writer": writer})
     runner = Runner(spark, config)
     summary = runner.messages(
         tmp_path,
@@ -399,6 +400,8 @@ def test_a_key_column_an_event_lacks_makes_dead_letters_not_a_failed_merge(spark
     assert "table inventory.orders: key column 'id' is absent or NULL" in dead[2]["error"]
     assert [json.loads(d["raw"])["BINLOG_POS"] for d in dead] == [1, 2, 4]
     assert summary.dead_letters == 3 and summary.applied == 1
+    history = delta_table(runner.config.target.path / "inventory" / "orders__history")
+    assert history.column("id").to_pylist() == ["3"]
     # preflight (every run's start): a keys entry naming a column an existing mirror lacks is warned of
     from replicator.commands.preflight import key_warnings
 
