@@ -20,10 +20,21 @@ class TableRef(_Frozen):
     name: str
 
 
+class Default(_Frozen):
+    """What the rows already in a table take when the column is added (replicator.defaults): ``value``,
+    canonical text for the column's type; ``now``, CURRENT_TIMESTAMP (the DDL's time); ``expression``,
+    one the mirror cannot evaluate (``sql``: as written, for the summary's note)."""
+
+    kind: Literal["value", "now", "expression"]
+    value: str | None = None
+    sql: str = ""
+
+
 class Column(_Frozen):
     name: str
     type: str | None = None  # source type text; None when the statement gives none
     nullable: bool = True
+    default: Default | None = None  # for existing rows at an ADD COLUMN; None: they stay NULL
 
 
 class CreateTable(_Frozen):

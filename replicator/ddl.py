@@ -9,7 +9,7 @@ change is never skipped silently.
 Example:
     >>> parse_ddl("ALTER TABLE t ADD COLUMN c decimal(12,2)")
     [AddColumn(kind='add_column', table=TableRef(namespace=None, name='t'), column=Column(name='c', \
-type='decimal(12,2)', nullable=True))]
+type='decimal(12,2)', nullable=True, default=None))]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from replicator.changes import (
     CreateIndex,
     CreateTable,
     DeclareSchema,
+    Default,
     DropColumn,
     DropDatabase,
     DropIndex,
@@ -60,6 +61,7 @@ __all__ = [
     "CreateTable",
     "DdlError",
     "DeclareSchema",
+    "Default",
     "DropColumn",
     "DropDatabase",
     "DropIndex",
@@ -136,16 +138,21 @@ def _column(definition: Any, dialect: Dialect) -> tuple[Column, bool]:
     """ColumnDef -> (Column, declared inline as primary key)."""
     from sqlglot import exp
 
+    from replicator import defaults
+
     kind = definition.args.get("kind")
     constraints = [c.args.get("kind") for c in definition.args.get("constraints") or []]
     not_null = any(
         isinstance(c, exp.NotNullColumnConstraint) and not c.args.get("allow_null") for c in constraints
     )
     primary = any(isinstance(c, exp.PrimaryKeyColumnConstraint) for c in constraints)
+    type_text = _type_text(kind, dialect) if kind is not None else None
+    nullable = not (not_null or primary)
     column = Column(
         name=definition.name,
-        type=_type_text(kind, dialect) if kind is not None else None,
-        nullable=not (not_null or primary),
+        type=type_text,
+        nullable=nullable,
+        default=defaults.from_column(definition, type_text, nullable, dialect),
     )
     return column, primary
 

@@ -27,6 +27,7 @@ STAGE_OF = {
             "config",
             "types",
             "ddl",
+            "defaults",
             "changes",
             "logging",
             "sinks",

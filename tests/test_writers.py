@@ -130,3 +130,38 @@ def test_description_holds_any_name(writer):
     assert names == description(("sh'op\\", None, "a\nb\x00'); DROP TABLE x; --"))
     named.describe(description(("shop", "s", "renamed")))
     assert DeltaTable(writer.path).metadata().description == description(("shop", "s", "renamed"))
+
+
+@pytest.mark.parametrize(
+    ("arrow_type", "value"),
+    [
+        (pa.decimal128(38, 10), __import__("decimal").Decimal("-1234567890123456789012345678.0123456789")),
+        (pa.binary(), b"\x00\xff it's"),
+        (pa.timestamp("us"), __import__("datetime").datetime(2024, 2, 29, 23, 59, 59, 123456)),
+        (pa.bool_(), False),
+        (pa.string(), 'it\'s \\ "q" 小春'),
+    ],
+)
+def test_fill_sets_a_typed_value_in_rows_older_than_the_bound(writer, arrow_type, value):
+    """An ADD COLUMN's default for the rows already there: only rows older than the bound (and of the
+    matched shard) take it, typed exactly, passed as data (quotes and backslashes are values); a second
+    fill changes nothing."""
+    schema = pa.schema([("id", pa.int32()), ("shard", pa.string()), ("_cdc_seq", pa.string())])
+    writer.create(schema)
+    writer.append(
+        pa.Table.from_pylist(
+            [
+                {"id": 1, "shard": "a", "_cdc_seq": "1"},
+                {"id": 2, "shard": "b", "_cdc_seq": "1"},
+                {"id": 3, "shard": "a", "_cdc_seq": "3"},
+            ],
+            schema,
+        ),
+        None,
+    )
+    writer.add_columns([pa.field("c", arrow_type)])
+    one = pa.array([value], arrow_type)
+    assert writer.fill("c", one, "_cdc_seq", "2", match={"shard": "a"}) == 1
+    got = {r["id"]: r["c"] for r in writer.read().to_pylist()}
+    assert got == {1: value, 2: None, 3: None}
+    assert writer.fill("c", one, "_cdc_seq", "2", match={"shard": "a"}) == 0

@@ -144,6 +144,22 @@ class MirrorWriter(ABC):
         return rows_with(self.read(columns), column, values)
 
     # ---- schema changes (replicator.apply.schema) -------------------------------------------------------
+    def fill(
+        self,
+        column: str,
+        value: pa.Array,
+        seq_column: str,
+        before: str,
+        match: Mapping[str, str] | None = None,
+        flag: str | None = None,
+    ) -> int:
+        """Set ``column`` to ``value`` (one value, typed as the column) in the rows whose ``seq_column`` is
+        lower than ``before``, and (``match``) whose columns hold these texts, and (``flag``) where that
+        boolean column is true; rows that hold it already are not rewritten. Returns the rows changed.
+        The value and bounds travel as a one-row source table of a MERGE, never as query text (an ADD
+        COLUMN's default for the rows already there: replicator.apply.schema)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot fill a column")
+
     def overwrite(self, data: pa.Table, txn: Txn | None = None) -> None:
         """Replace the table's rows *and schema* with ``data`` (a rewrite: drop / rename a column, change a
         type Delta cannot alter in place). Older versions stay in the Delta history until vacuumed."""
@@ -186,6 +202,18 @@ COLUMN_MAPPING = "delta.columnMapping.mode"
 def needs_column_mapping(names: Iterable[str]) -> bool:
     """Whether delta-spark can hold these column names only in a table with column mapping."""
     return any(not DELTA_SPECIAL.isdisjoint(name) for name in names)
+
+
+FILL_VALUE, FILL_BEFORE = "__fill_value", "__fill_before"
+
+
+def fill_source(value: pa.Array, before: str, match: Mapping[str, str] | None) -> pa.Table:
+    """The one-row source of :meth:`MirrorWriter.fill`: the value, the bound, the texts to match."""
+    columns = {FILL_VALUE: value, FILL_BEFORE: pa.array([before], pa.string())}
+    columns.update(
+        {f"__fill_match_{i}": pa.array([v], pa.string()) for i, v in enumerate((match or {}).values())}
+    )
+    return pa.table(columns)
 
 
 def quote(name: str) -> str:

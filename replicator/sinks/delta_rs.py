@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
-from replicator.sinks.base import COLUMN_MAPPING, MergeResult, MirrorWriter, Txn, key_range, quote, rows_with
+from replicator.sinks.base import (
+    COLUMN_MAPPING,
+    FILL_BEFORE,
+    FILL_VALUE,
+    MergeResult,
+    MirrorWriter,
+    Txn,
+    fill_source,
+    key_range,
+    quote,
+    rows_with,
+)
 
 
 def _commit(txn: Txn | None):  # type: ignore[no-untyped-def]
@@ -204,6 +215,29 @@ class DeltaRsWriter(MirrorWriter):
         write_deltalake(
             self.path, data, mode="overwrite", schema_mode="overwrite", commit_properties=_commit(txn)
         )
+
+    def fill(
+        self,
+        column: str,
+        value: pa.Array,
+        seq_column: str,
+        before: str,
+        match: Mapping[str, str] | None = None,
+        flag: str | None = None,
+    ) -> int:
+        source = fill_source(value, before, match)
+        on = [f"t.{quote(seq_column)} < s.{quote(FILL_BEFORE)}"]
+        on += [f"t.{quote(c)} = s.{quote(f'__fill_match_{i}')}" for i, c in enumerate(match or {})]
+        if flag is not None:
+            on.append(f"t.{quote(flag)}")
+        target, new = f"t.{quote(column)}", f"s.{quote(FILL_VALUE)}"
+        metrics = (
+            self._table()
+            .merge(source, predicate=" AND ".join(on), source_alias="s", target_alias="t")
+            .when_matched_update(updates={quote(column): new}, predicate=f"{target} IS DISTINCT FROM {new}")
+            .execute()
+        )
+        return int(metrics.get("num_target_rows_updated", 0) or 0)
 
     def read_keys(self, column: str, values: pa.Array, columns: Sequence[str]) -> pa.Table:
         """Files chosen by their Delta statistics (the key range of ``values``), rows filtered in memory.

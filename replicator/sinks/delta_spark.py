@@ -10,16 +10,19 @@ Idempotent commits use Delta's ``txnAppId`` / ``txnVersion`` (session settings f
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 
 import pyarrow as pa
 
 from replicator.sinks.base import (
     COLUMN_MAPPING,
+    FILL_BEFORE,
+    FILL_VALUE,
     MergeResult,
     MirrorWriter,
     Txn,
+    fill_source,
     key_range,
     needs_column_mapping,
     sql_string,
@@ -150,6 +153,11 @@ class DeltaSparkWriter(MirrorWriter):
                 f"{_ident(f.name)} {from_arrow_type(f.type, prefer_timestamp_ntz=True).simpleString()}"
                 for f in fields
             )
+            if any(pa.types.is_timestamp(f.type) and f.type.tz is None for f in fields):
+                # A DATETIME column added to a table without one: Delta asks for the feature first
+                # (DELTA_FEATURES_REQUIRE_MANUAL_ENABLEMENT: timestampNtz); delta-rs enables it itself.
+                feature = "'delta.feature.timestampNtz' = 'supported'"
+                self.spark.sql(f"ALTER TABLE {self._table_ref} SET TBLPROPERTIES ({feature})")
             self.spark.sql(f"ALTER TABLE {self._table_ref} ADD COLUMNS ({cols})")
 
     def _mapping(self) -> str:
@@ -242,6 +250,32 @@ class DeltaSparkWriter(MirrorWriter):
         if horizon:
             frame = frame.where(F.col(seq_column) > F.lit(horizon))
         return frame
+
+    def fill(
+        self,
+        column: str,
+        value: pa.Array,
+        seq_column: str,
+        before: str,
+        match: Mapping[str, str] | None = None,
+        flag: str | None = None,
+    ) -> int:
+        view = f"replicator_fill_{abs(hash(self.path))}"
+        self._frame(fill_source(value, before, match)).createOrReplaceTempView(view)
+        on = [f"t.{_ident(seq_column)} < s.{_ident(FILL_BEFORE)}"]
+        on += [f"t.{_ident(c)} = s.{_ident(f'__fill_match_{i}')}" for i, c in enumerate(match or {})]
+        if flag is not None:
+            on.append(f"t.{_ident(flag)}")
+        target, new = f"t.{_ident(column)}", f"s.{_ident(FILL_VALUE)}"
+        try:
+            metrics = self.spark.sql(
+                f"MERGE INTO {self._table_ref} t USING {view} s ON {' AND '.join(on)} "
+                f"WHEN MATCHED AND NOT ({target} <=> {new}) THEN UPDATE SET {target} = {new}"
+            ).collect()
+        finally:
+            self.spark.catalog.dropTempView(view)
+        row = metrics[0].asDict() if metrics else {}
+        return int(row.get("num_updated_rows", 0))
 
     def append(self, batch: pa.Table, txn: Txn | None) -> None:
         writer = self._frame(batch).write.format("delta").mode("append")
