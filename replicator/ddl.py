@@ -134,8 +134,9 @@ def _ref(table: Any) -> TableRef | None:
     return TableRef(namespace=table.db or None, name=table.name)
 
 
-def _column(definition: Any, dialect: Dialect) -> tuple[Column, bool]:
-    """ColumnDef -> (Column, declared inline as primary key)."""
+def _column(definition: Any, dialect: Dialect, added: bool = False) -> tuple[Column, bool]:
+    """ColumnDef -> (Column, declared inline as primary key); ``added`` (ADD COLUMN): with the default the
+    rows already in the table take (replicator.defaults)."""
     from sqlglot import exp
 
     from replicator import defaults
@@ -152,7 +153,7 @@ def _column(definition: Any, dialect: Dialect) -> tuple[Column, bool]:
         name=definition.name,
         type=type_text,
         nullable=nullable,
-        default=defaults.from_column(definition, type_text, nullable, dialect),
+        default=defaults.from_column(definition, type_text, nullable, dialect) if added else None,
     )
     return column, primary
 
@@ -217,7 +218,7 @@ def _alter_action(action: Any, table: TableRef | None, dialect: Dialect) -> list
     from sqlglot import exp
 
     if isinstance(action, exp.ColumnDef):
-        column, primary = _column(action, dialect)
+        column, primary = _column(action, dialect, added=True)
         changes: list[SchemaChange] = [AddColumn(table=table, column=column)]
         return [*changes, AddPrimaryKey(table=table, columns=(column.name,))] if primary else changes
     if isinstance(action, exp.Schema):  # ADD COLUMN (a int, b text)

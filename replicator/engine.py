@@ -475,6 +475,8 @@ class Engine:
                     summary.tables[name]["partial_documents"] = result.partial_documents
                 if result.partial_history_versions:  # their versions in the history table
                     summary.tables[name]["partial_history_versions"] = result.partial_history_versions
+                if result.defaults:  # ADD COLUMN defaults given to the rows already there (apply.schema)
+                    summary.tables[name]["defaults"] = result.defaults
         if dead_rows:
             dead = self._engine_dead_letters(batch, dead_rows, batch_id)
             self.state.write_dead_letters(dead, batch_id, ":apply")

@@ -399,3 +399,42 @@ def test_added_column_keeps_a_type_that_maps_like_the_source_text(name, source_t
         change = ddl.parse_ddl(f"ALTER TABLE `t` ADD COLUMN `{name}` {text}", "mysql")[0]
         assert isinstance(change, ddl.AddColumn) and change.column.name == name
         assert column_type(change.column.type).arrow == column_type(text).arrow
+
+
+@pytest.mark.parametrize(
+    ("clause", "dialect", "default"),
+    [
+        ("decimal(12,4) NOT NULL DEFAULT '12.5'", "mysql", ("value", "12.5")),
+        ("int DEFAULT -7", "mysql", ("value", "-7")),
+        ("varchar(9) DEFAULT 'it''s\\n'", "mysql", ("value", "it's\n")),
+        ("varchar(9) DEFAULT _utf8mb4'x'", "mysql", ("value", "x")),
+        ("char(4) DEFAULT 'ab  '", "mysql", ("value", "ab")),  # CHAR drops trailing spaces
+        ("bit(8) NOT NULL DEFAULT b'101'", "mysql", ("value", "5")),
+        ("bit(1) DEFAULT b'1'", "mysql", ("value", "1")),
+        ("boolean NOT NULL DEFAULT TRUE", "mysql", ("value", "true")),
+        ("tinyint(1) NOT NULL DEFAULT FALSE", "mysql", ("value", "0")),
+        ("binary(4) DEFAULT 'ab'", "mysql", ("value", "61620000")),  # padded with 0x00, as hex
+        ("varbinary(4) DEFAULT x'00FF'", "mysql", ("value", "00ff")),
+        ("datetime(3) DEFAULT CURRENT_TIMESTAMP(3)", "mysql", ("now", None)),
+        ("timestamp NULL DEFAULT NOW()", "mysql", ("now", None)),
+        ("varchar(36) DEFAULT (uuid())", "mysql", ("expression", None)),
+        ("int NOT NULL", "mysql", ("value", "0")),
+        ("enum('a''b','c') NOT NULL", "mysql", ("value", "a'b")),
+        ("binary(2) NOT NULL", "mysql", ("value", "0000")),
+        ("date NOT NULL", "mysql", ("value", "0000-00-00")),
+        ("time NOT NULL", "mysql", ("value", "00:00:00")),
+        ("text NOT NULL", "mysql", ("value", "")),
+        ("int", "mysql", None),
+        ("int DEFAULT NULL", "mysql", None),
+        ("int NOT NULL", "postgres", None),  # PostgreSQL refuses it on a table with rows
+        ("text NOT NULL DEFAULT 'it''s'", "postgres", ("value", "it's")),
+    ],
+)
+def test_add_column_default(clause, dialect, default):
+    """The default an ADD COLUMN gives the rows already there, as canonical text for the column's type
+    (docs/schema-evolution.md); a CREATE TABLE's columns carry none (no rows to fill)."""
+    (change,) = ddl.parse_ddl(f"ALTER TABLE t ADD COLUMN c {clause}", dialect)
+    got = change.column.default
+    assert (got.kind, got.value) == default if default else got is None
+    (created,) = ddl.parse_ddl(f"CREATE TABLE t (c {clause})", dialect)
+    assert created.columns[0].default is None

@@ -108,6 +108,9 @@ def mirror_job(root: Path, broker, prefix: str, database: str, **overrides):
         source={
             "type": "kafka",
             "dialect": "debezium",
+            # The writers' session zone: a DATETIME DEFAULT CURRENT_TIMESTAMP added to rows that exist is
+            # the ALTER's time on that wall clock (docs/schema-evolution.md)
+            "timezone": "Asia/Kolkata",
             "kafka": {
                 "bootstrap_servers": broker.bootstrap_servers,
                 "topic_pattern": rf"^{prefix}(\..*)?$",
@@ -247,6 +250,7 @@ def test_faults_kill_the_mirror_restart_the_connector_replay(spark, server, brok
                 "source": {
                     "type": "kafka",
                     "dialect": "debezium",
+                    "timezone": "Asia/Kolkata",
                     "kafka": {
                         "bootstrap_servers": broker.bootstrap_servers,
                         "topic_pattern": rf"^{prefix}(\..*)?$",

@@ -160,8 +160,9 @@ def test_fill_sets_a_typed_value_in_rows_older_than_the_bound(writer, arrow_type
         None,
     )
     writer.add_columns([pa.field("c", arrow_type)])
-    one = pa.array([value], arrow_type)
-    assert writer.fill("c", one, "_cdc_seq", "2", match={"shard": "a"}) == 1
-    got = {r["id"]: r["c"] for r in writer.read().to_pylist()}
-    assert got == {1: value, 2: None, 3: None}
-    assert writer.fill("c", one, "_cdc_seq", "2", match={"shard": "a"}) == 0
+    writer.add_columns([pa.field("n", pa.int64())])
+    values = pa.table({"c": pa.array([value], arrow_type), "n": pa.array([7], pa.int64())})
+    assert writer.fill(values, "_cdc_seq", "2", match={"shard": "a"}) == 1
+    got = {r["id"]: (r["c"], r["n"]) for r in writer.read().to_pylist()}
+    assert got == {1: (value, 7), 2: (None, None), 3: (None, None)}
+    assert writer.fill(values, "_cdc_seq", "2", match={"shard": "a"}) == 0

@@ -15,20 +15,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import singledispatch
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from replicator import ddl, paths
+from replicator import ddl, defaults, paths
 from replicator.apply.barriers import resolve_ref
-from replicator.apply.table import CDC_FIELDS, HORIZON, DeadRow, is_untyped
+from replicator.apply.table import CDC_FIELDS, HORIZON, DeadRow, Fill, is_untyped
 from replicator.config import JobConfig, SchemaPolicy
 from replicator.errors import SchemaChangeFailed
 from replicator.logging import get_logger
-from replicator.model import table_label
+from replicator.model import CDC_SEQ, table_label
 from replicator.routing import META_DATABASE, META_TABLE, SOURCE_COLUMNS, SOURCE_DATABASE, SOURCE_TABLE
 from replicator.sinks.base import quote
 from replicator.state import TableState
@@ -56,6 +57,9 @@ class Context:
     policy: SchemaPolicy
     config: JobConfig
     handler: BarrierHandler
+    # ADD COLUMN defaults of this event for the rows already there: set together (one MERGE) once all its
+    # changes are applied (flush_defaults); column -> (typed value, summary note)
+    defaults: dict[str, tuple[pa.Array, dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def table(self) -> TableId:
@@ -296,6 +300,85 @@ def _(change: ddl.AddColumn, ctx: Context) -> None:
         add_columns(ctx, [change.column])
         if change.column.type:
             change_type(ctx, change.column.name, change.column.type)
+        if change.column.default is not None:
+            fill_default(ctx, change.column)
+
+
+def fill_default(ctx: Context, column: ddl.Column) -> None:
+    """The rows the mirror held at the ADD COLUMN take the column's default, as the database's rows do
+    without a row event (:func:`flush_defaults` sets them). A default the mirror cannot evaluate leaves
+    them NULL, noted in the batch summary with their number."""
+    default = column.default
+    mirror = ctx.applier.mirror
+    current = data_fields(mirror.schema()).get(column.name)
+    if default is None or current is None or not ctx.horizon:
+        return
+    value, why = default_value(ctx, default, current, column.type)
+    note: dict[str, Any] = {"column": column.name, "default": default.sql, "at": ctx.seq_text}
+    if why is not None:
+        match = _shard(ctx)
+        stored = mirror.read([CDC_SEQ, *(match or {})])
+        older = pc.less(stored[CDC_SEQ], pa.scalar(ctx.horizon))
+        for name, text in (match or {}).items():
+            older = pc.and_(older, pc.equal(stored[name], pa.scalar(text)))
+        note |= {"rows_left_null": int(pc.sum(older).as_py() or 0), "reason": why}
+        log.warning("default not applied to existing rows", table=table_label(ctx.table), **note)
+        ctx.applier.result.defaults.append(note)
+    elif value is not None:  # (None: a NULL, e.g. a zero date under source.zero_dates: null)
+        ctx.defaults[column.name] = (value, note)
+
+
+def _shard(ctx: Context) -> dict[str, str] | None:
+    """The source columns' values of a routed shard's rows in a merged mirror (None: every row)."""
+    source = ctx.source
+    return dict(zip((SOURCE_DATABASE, SOURCE_TABLE), source, strict=True)) if source else None
+
+
+def flush_defaults(ctx: Context) -> None:
+    """Set the event's defaults in one MERGE: in the rows whose ``_cdc_seq`` is older than the DDL's (rows
+    written after it, in this batch or delivered again, carry their own values), only the shard's rows in
+    a merged mirror. A schema change, not a row change: ``_cdc_seq`` stays, and setting them again (a
+    replayed or redelivered batch) leaves the same values."""
+    names = set(data_fields(ctx.applier.mirror.schema()))
+    pending = {n: v for n, v in ctx.defaults.items() if n in names}  # (a column dropped again meanwhile)
+    ctx.defaults = {}
+    if not pending:
+        return
+    values = pa.table({n: value for n, (value, _note) in pending.items()})
+    match = _shard(ctx)
+    rows = ctx.applier.mirror.fill(values, CDC_SEQ, ctx.horizon, match)
+    ctx.applier.result.fills.append(Fill(values, ctx.horizon, match))
+    for _value, note in pending.values():
+        ctx.applier.result.defaults.append({**note, "rows_filled": rows})
+    log.info(
+        "defaults applied to existing rows", table=table_label(ctx.table), columns=list(pending), rows=rows
+    )
+
+
+def default_value(
+    ctx: Context, default: ddl.Default, target: pa.Field, source_type: str | None
+) -> tuple[pa.Array | None, str | None]:
+    """A default typed as the mirror's column (one value), or why it cannot be."""
+    source = ctx.config.source
+    if default.kind == "expression":
+        return None, f"the mirror cannot evaluate DEFAULT {default.sql}"
+    if default.kind == "now":
+        at = ctx.event.get("event_time")
+        if at is None:
+            return None, f"DEFAULT {default.sql}: the DDL event carries no time"
+        value = defaults.now_value(target.type, source_type, at, source.timezone)
+        if value is None:
+            return None, f"DEFAULT {default.sql} for a column of type {target.type}"
+        return value.cast(target.type), None
+    typed, errors = parse_values(
+        pa.array([default.value], pa.string()),
+        target.type,
+        timezone=source.timezone,
+        zero_dates=source.zero_dates,
+    )
+    if errors:
+        return None, f"DEFAULT {default.sql}: {errors[0].message}"
+    return (typed.cast(target.type), None) if typed.null_count == 0 else (None, None)
 
 
 @apply_change.register
@@ -508,6 +591,7 @@ class BarrierHandler:
                     applier, event, f"DDL not applied ({change.kind}): {exc}: {event.get('ddl_sql')!r}"
                 )
                 return
+        flush_defaults(ctx)
         log.info(
             "ddl applied",
             table=table_label(table),

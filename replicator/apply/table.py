@@ -105,6 +105,15 @@ class TableBatch:
     stage: str | None = None
 
 
+@dataclass(frozen=True)
+class Fill:
+    """ADD COLUMN defaults set in the rows older than ``before`` (MirrorWriter.fill's arguments)."""
+
+    values: pa.Table  # one row: column -> its default
+    before: str
+    match: dict[str, str] | None = None
+
+
 @dataclass
 class TableResult:
     table: TableId
@@ -116,6 +125,10 @@ class TableResult:
     ignored_values: int = 0  # values of columns unknown to the mirror, dropped (schema_evolution: ignore)
     partial_documents: int = 0  # documents written from patches without their full image (drs-mongo)
     partial_history_versions: int = 0  # history versions written from such patches (apply.history)
+    # ADD COLUMN defaults given to the rows already there (replicator.apply.schema.fill_default): notes for
+    # the batch summary, and the fills the history's current versions take too
+    defaults: list[dict[str, Any]] = field(default_factory=list)
+    fills: list[Fill] = field(default_factory=list)
 
 
 BarrierHandler = Callable[["TableApplier", dict[str, Any]], None]

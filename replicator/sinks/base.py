@@ -146,18 +146,17 @@ class MirrorWriter(ABC):
     # ---- schema changes (replicator.apply.schema) -------------------------------------------------------
     def fill(
         self,
-        column: str,
-        value: pa.Array,
+        values: pa.Table,
         seq_column: str,
         before: str,
         match: Mapping[str, str] | None = None,
         flag: str | None = None,
     ) -> int:
-        """Set ``column`` to ``value`` (one value, typed as the column) in the rows whose ``seq_column`` is
-        lower than ``before``, and (``match``) whose columns hold these texts, and (``flag``) where that
-        boolean column is true; rows that hold it already are not rewritten. Returns the rows changed.
-        The value and bounds travel as a one-row source table of a MERGE, never as query text (an ADD
-        COLUMN's default for the rows already there: replicator.apply.schema)."""
+        """Set the columns of ``values`` (one row, typed as the table's columns) in the rows whose
+        ``seq_column`` is lower than ``before``, and (``match``) whose columns hold these texts, and
+        (``flag``) where that boolean column is true; rows that hold them already are not rewritten.
+        Returns the rows changed. The values and bounds travel as a one-row source table of a MERGE, never
+        as query text (ADD COLUMN defaults for the rows already there: replicator.apply.schema)."""
         raise NotImplementedError(f"{type(self).__name__} cannot fill a column")
 
     def overwrite(self, data: pa.Table, txn: Txn | None = None) -> None:
@@ -204,15 +203,16 @@ def needs_column_mapping(names: Iterable[str]) -> bool:
     return any(not DELTA_SPECIAL.isdisjoint(name) for name in names)
 
 
-FILL_VALUE, FILL_BEFORE = "__fill_value", "__fill_before"
+FILL_BEFORE = "__fill_before"
 
 
-def fill_source(value: pa.Array, before: str, match: Mapping[str, str] | None) -> pa.Table:
-    """The one-row source of :meth:`MirrorWriter.fill`: the value, the bound, the texts to match."""
-    columns = {FILL_VALUE: value, FILL_BEFORE: pa.array([before], pa.string())}
-    columns.update(
-        {f"__fill_match_{i}": pa.array([v], pa.string()) for i, v in enumerate((match or {}).values())}
-    )
+def fill_source(values: pa.Table, before: str, match: Mapping[str, str] | None) -> pa.Table:
+    """The one-row source of :meth:`MirrorWriter.fill`: the values (``__fill_<i>``), the bound, the texts
+    to match (``__fill_match_<i>``)."""
+    columns = {f"__fill_{i}": values.column(i) for i in range(values.num_columns)}
+    columns[FILL_BEFORE] = pa.chunked_array([pa.array([before], pa.string())])
+    for i, text in enumerate((match or {}).values()):
+        columns[f"__fill_match_{i}"] = pa.chunked_array([pa.array([text], pa.string())])
     return pa.table(columns)
 
 

@@ -9,7 +9,6 @@ import pyarrow as pa
 from replicator.sinks.base import (
     COLUMN_MAPPING,
     FILL_BEFORE,
-    FILL_VALUE,
     MergeResult,
     MirrorWriter,
     Txn,
@@ -218,23 +217,27 @@ class DeltaRsWriter(MirrorWriter):
 
     def fill(
         self,
-        column: str,
-        value: pa.Array,
+        values: pa.Table,
         seq_column: str,
         before: str,
         match: Mapping[str, str] | None = None,
         flag: str | None = None,
     ) -> int:
-        source = fill_source(value, before, match)
         on = [f"t.{quote(seq_column)} < s.{quote(FILL_BEFORE)}"]
         on += [f"t.{quote(c)} = s.{quote(f'__fill_match_{i}')}" for i, c in enumerate(match or {})]
         if flag is not None:
             on.append(f"t.{quote(flag)}")
-        target, new = f"t.{quote(column)}", f"s.{quote(FILL_VALUE)}"
+        pairs = [(quote(c), f"s.{quote(f'__fill_{i}')}") for i, c in enumerate(values.column_names)]
+        differs = " OR ".join(f"(t.{c} IS DISTINCT FROM {v})" for c, v in pairs)
         metrics = (
             self._table()
-            .merge(source, predicate=" AND ".join(on), source_alias="s", target_alias="t")
-            .when_matched_update(updates={quote(column): new}, predicate=f"{target} IS DISTINCT FROM {new}")
+            .merge(
+                fill_source(values, before, match),
+                predicate=" AND ".join(on),
+                source_alias="s",
+                target_alias="t",
+            )
+            .when_matched_update(updates=dict(pairs), predicate=differs)
             .execute()
         )
         return int(metrics.get("num_target_rows_updated", 0) or 0)

@@ -18,7 +18,6 @@ import pyarrow as pa
 from replicator.sinks.base import (
     COLUMN_MAPPING,
     FILL_BEFORE,
-    FILL_VALUE,
     MergeResult,
     MirrorWriter,
     Txn,
@@ -253,25 +252,30 @@ class DeltaSparkWriter(MirrorWriter):
 
     def fill(
         self,
-        column: str,
-        value: pa.Array,
+        values: pa.Table,
         seq_column: str,
         before: str,
         match: Mapping[str, str] | None = None,
         flag: str | None = None,
     ) -> int:
         view = f"replicator_fill_{abs(hash(self.path))}"
-        self._frame(fill_source(value, before, match)).createOrReplaceTempView(view)
+        self._frame(fill_source(values, before, match)).createOrReplaceTempView(view)
         on = [f"t.{_ident(seq_column)} < s.{_ident(FILL_BEFORE)}"]
         on += [f"t.{_ident(c)} = s.{_ident(f'__fill_match_{i}')}" for i, c in enumerate(match or {})]
         if flag is not None:
             on.append(f"t.{_ident(flag)}")
-        target, new = f"t.{_ident(column)}", f"s.{_ident(FILL_VALUE)}"
+        pairs = [(f"t.{_ident(c)}", f"s.{_ident(f'__fill_{i}')}") for i, c in enumerate(values.column_names)]
+        differs = " OR ".join(f"NOT ({c} <=> {v})" for c, v in pairs)
+        update = ", ".join(f"{c} = {v}" for c, v in pairs)
         try:
-            metrics = self.spark.sql(
-                f"MERGE INTO {self._table_ref} t USING {view} s ON {' AND '.join(on)} "
-                f"WHEN MATCHED AND NOT ({target} <=> {new}) THEN UPDATE SET {target} = {new}"
-            ).collect()
+            # Under the app-transaction lock, with none: another table's write in another apply thread sets
+            # one in the shared session, and a MERGE that took it would make Delta skip this table's commit
+            # of that batch as a duplicate (seen: rows after the DDL missing with delta-spark).
+            with self._txn(None):
+                metrics = self.spark.sql(
+                    f"MERGE INTO {self._table_ref} t USING {view} s ON {' AND '.join(on)} "
+                    f"WHEN MATCHED AND ({differs}) THEN UPDATE SET {update}"
+                ).collect()
         finally:
             self.spark.catalog.dropTempView(view)
         row = metrics[0].asDict() if metrics else {}

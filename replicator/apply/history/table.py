@@ -428,7 +428,21 @@ def record_history(
         )
         written[table_label(table)] = history.apply(rows, state.txn(batch_id))
         result.partial_history_versions = history.partial_versions
+        fill_current(history.history, result)
     return written
+
+
+def fill_current(history: MirrorWriter, result: TableResult) -> None:
+    """An ADD COLUMN's default reaches the history as the schema change it is, not as a row change: the
+    versions still current that began before the DDL take it (they are the mirror's rows it filled); no
+    version opens or closes, and a version that ended since keeps NULL."""
+    if not result.fills or not history.exists():
+        return
+    names = set(history.schema().names)
+    for fill in result.fills:
+        values = fill.values.select([c for c in fill.values.column_names if c in names])
+        if values.num_columns:
+            history.fill(values, CDC_SEQ, fill.before, fill.match, flag=CURRENT)
 
 
 def _move(
