@@ -8,7 +8,8 @@ from the statement's sqlglot tree (never evaluated as SQL) and kept as *canonica
 type (replicator.types: numbers as decimal text, binary as hex ...), so that it is typed at apply time by
 the same ``types.parse_values`` as the DML values. ``CURRENT_TIMESTAMP`` (and NOW(), LOCALTIMESTAMP,
 CURRENT_DATE) is what the database evaluates at the ALTER: the statement's time, which the mirror takes
-from the DDL event (:func:`now_value`). Any other expression cannot be evaluated: the rows keep NULL and
+from the DDL event (:func:`now_value`) for a column without fractional seconds (the event's time has whole
+seconds). Any other expression cannot be evaluated: the rows keep NULL and
 the batch summary names the column (replicator.apply.schema).
 """
 
@@ -167,17 +168,18 @@ def from_column(definition: Any, type_text: str | None, nullable: bool, dialect:
     return Default(kind="value", value=value, sql=node.sql(dialect=dialect))
 
 
-def now_value(target: pa.DataType, type_text: str | None, at: dt.datetime, timezone: str) -> pa.Array | None:
-    """``CURRENT_TIMESTAMP`` at ``at`` (the DDL event's time, UTC) for a column: a TIMESTAMP the instant,
-    a DATETIME its wall clock in ``timezone`` (source.timezone, the sessions' zone), a DATE its day there;
-    cut to the column's fractional digits. None for a column of another type."""
+def fractional_digits(type_text: str | None) -> int:
+    """A DATETIME / TIMESTAMP / TIME column's fractional-second digits (``datetime(3)``: 3), else 0."""
+    return min(_width(type_text) or 0, 6) if _base(type_text) in ("datetime", "timestamp", "time") else 0
+
+
+def now_value(target: pa.DataType, at: dt.datetime, timezone: str) -> pa.Array | None:
+    """``CURRENT_TIMESTAMP`` at ``at`` (the DDL event's time, UTC; whole seconds for a binlog event) for a
+    column without fractional seconds: a TIMESTAMP the instant, a DATETIME its wall clock in ``timezone``
+    (source.timezone, the sessions' zone), a DATE its day there. None for a column of another type."""
     import pyarrow.compute as pc
 
-    at = at if at.tzinfo is not None else at.replace(tzinfo=dt.UTC)
-    timed = _base(type_text) in ("datetime", "timestamp")
-    digits = min(_width(type_text) or 0, 6) if timed else 6
-    step = 10 ** (6 - digits)
-    at = at.replace(microsecond=at.microsecond // step * step)
+    at = (at if at.tzinfo is not None else at.replace(tzinfo=dt.UTC)).replace(microsecond=0)
     if pa.types.is_timestamp(target) and target.tz is not None:
         return pa.array([at], target)
     # The wall clock in the source's zone, by Arrow (the zones types.parse_values reads wall clocks in).

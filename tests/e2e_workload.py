@@ -225,7 +225,7 @@ def stream(connection, rng: random.Random, database: str = DATABASE, steps: int 
                     ", ADD COLUMN db7 BIT(7) NOT NULL DEFAULT b'101'"
                     ", ADD COLUMN dbn BINARY(4) NOT NULL DEFAULT 'ab', ADD COLUMN de ENUM('x','y') NOT NULL"
                     ", ADD COLUMN dnow DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP"
-                    ", ADD COLUMN dts TIMESTAMP(3) NULL DEFAULT CURRENT_TIMESTAMP(3)"
+                    ", ADD COLUMN dts TIMESTAMP NULL DEFAULT CURRENT_TIMESTAMP"
                 )
                 # Rows inserted from now on take the defaults in their row events; the two without one get one
                 # (strict mode refuses an INSERT that leaves them out); the mirror has nothing to do for it.

@@ -74,6 +74,7 @@ IMPLICIT = (
 )
 NOW = (
     "ALTER TABLE now ADD COLUMN at datetime DEFAULT CURRENT_TIMESTAMP"
+    ", ADD COLUMN ts timestamp NOT NULL DEFAULT NOW()"
     ", ADD COLUMN at3 timestamp(3) NULL DEFAULT CURRENT_TIMESTAMP(3)"
     ", ADD COLUMN u varchar(36) DEFAULT (uuid())"
 )
@@ -198,11 +199,12 @@ def test_current_timestamp_is_the_ddl_time_and_an_expression_is_noted(run):
     wall = at.astimezone(dt.timezone(dt.timedelta(hours=5, minutes=30))).replace(tzinfo=None)
     for row in runner.mirror(table="now"):
         assert row["at"] == wall.replace(microsecond=0)  # DATETIME: the wall clock, whole seconds
-        assert row["at3"] == at.replace(microsecond=at.microsecond // 1000 * 1000)  # TIMESTAMP(3): instant
-        assert row["u"] is None
+        assert row["ts"] == at.replace(microsecond=0)  # TIMESTAMP: the instant
+        assert row["at3"] is None and row["u"] is None  # not known: left NULL, noted
     notes = {n["column"]: n for n in summary.tables["shop.now"]["defaults"]}
     assert notes["u"]["rows_left_null"] == 4 and "uuid" in notes["u"]["reason"].lower()
-    assert notes["at"]["rows_filled"] == 4
+    assert notes["at3"]["rows_left_null"] == 4 and "fractional seconds" in notes["at3"]["reason"]
+    assert notes["at"]["rows_filled"] == notes["ts"]["rows_filled"] == 4
     assert {n["column"]: n["rows_filled"] for n in summary.tables["shop.explicit"]["defaults"]}["d"] == 4
 
 
