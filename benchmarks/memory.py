@@ -33,7 +33,7 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
         events = args.events * factor
         write_files(work / "landing", events, max(events // 10, 1000), args.per_file)
-        wall, peak, err = run_mirror(work, args.files_per_trigger)
+        wall, peak, _cpu, err = run_mirror(work, args.files_per_trigger)
         batches = len(batch_lines(err))
         runs.append(
             {

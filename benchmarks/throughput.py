@@ -53,8 +53,9 @@ def tree_rss(proc: psutil.Process) -> dict[str, int]:
     return by_kind
 
 
-def peak_rss(pid: int, stop: threading.Event, out: list[dict[str, int]]) -> None:
-    """The process tree's RSS at its peak, by kind of process."""
+def peak_rss(pid: int, stop: threading.Event, out: list[dict[str, int]], cpu: dict | None = None) -> None:
+    """The process tree's RSS at its peak, by kind of process; ``cpu`` gets each process's last seen CPU
+    seconds (user + system) by (kind, pid), so the driver's share of the run's CPU can be told."""
     peak: dict[str, int] = {}
     root = psutil.Process(pid)
     while not stop.is_set():
@@ -62,19 +63,33 @@ def peak_rss(pid: int, stop: threading.Event, out: list[dict[str, int]]) -> None
             now = tree_rss(root)
             if sum(now.values()) > sum(peak.values()):
                 peak = now
+            if cpu is not None:
+                for p in [root, *root.children(recursive=True)]:
+                    try:
+                        kind = _kind(p, root)
+                        if kind is not None:
+                            t = p.cpu_times()
+                            cpu[(kind, p.pid)] = t.user + t.system
+                    except psutil.Error:
+                        pass
         except psutil.Error:
             pass
         time.sleep(0.2)
     out.append(peak)
 
 
-def run_mirror(workdir: Path, files_per_trigger: int) -> tuple[float, dict[str, int], str]:
-    """``mirror --available-now`` of the workload's job: (wall seconds, peak RSS by process, its log)."""
+def run_mirror(workdir: Path, files_per_trigger: int) -> tuple[float, dict[str, int], dict[str, float], str]:
+    """``mirror --available-now`` of the workload's job: (wall seconds, peak RSS by process, CPU seconds
+    by process (sampled every 0.2 s, so a short-lived process's last 0.2 s may be missed), its log)."""
     job = write_job(workdir, "bench", files_per_trigger)
     peak: list[dict[str, int]] = []
+    cpu: dict[tuple[str, int], float] = {}
     command = mirror_command(job)
-    elapsed, _out, err = run_watched(command, lambda pid, stop: peak_rss(pid, stop, peak), cwd=REPO)
-    return elapsed, peak[0], err
+    elapsed, _out, err = run_watched(command, lambda pid, stop: peak_rss(pid, stop, peak, cpu), cwd=REPO)
+    by_kind: dict[str, float] = {"driver": 0.0, "jvm": 0.0, "workers": 0.0}
+    for (kind, _pid), seconds in cpu.items():
+        by_kind[kind] += seconds
+    return elapsed, peak[0], by_kind, err
 
 
 def floor(paths: list[Path], workdir: Path) -> float:
@@ -104,18 +119,21 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--files-per-trigger", type=int, default=0, help="0: everything in one batch")
     parser.add_argument("--per-file", type=int, default=100_000, help="events per landing file")
+    parser.add_argument(
+        "--full", action="store_true", help="the first batch inserts every key, then updates spread over them"
+    )
     parser.add_argument("--workdir", default=str(REPO / "bench-out" / "throughput"))
     args = parser.parse_args()
     workdir = Path(args.workdir)
     shutil.rmtree(workdir, ignore_errors=True)
     t0 = time.monotonic()
-    paths = write_files(workdir / "landing", args.events, args.keys, args.per_file)
+    paths = write_files(workdir / "landing", args.events, args.keys, args.per_file, args.full)
     generated = time.monotonic() - t0
     # The files a catch-up finds have landed earlier: flush the ones just generated first, or the kernel
     # writes them back while the run reads them (measured: the 5M run 85 s after a flush, 101-105 s
     # right after generating 4 GB).
     os.sync()
-    elapsed, rss, err = run_mirror(workdir, args.files_per_trigger)
+    elapsed, rss, cpu, err = run_mirror(workdir, args.files_per_trigger)
     batches = batch_lines(err)
     floor_s = floor(paths, workdir)
     from deltalake import DeltaTable
@@ -124,11 +142,14 @@ def main() -> None:
     result = {
         "events": args.events,
         "keys": args.keys,
+        "full": args.full,
         "mirror_rows": rows,
         "wall_s": round(elapsed, 2),
         "events_per_s": round(args.events / elapsed),
         "peak_rss_mb": round(sum(rss.values()) / 2**20),
         "peak_rss_mb_by_process": {k: round(v / 2**20) for k, v in rss.items()},
+        "cpu_s_by_process": {k: round(v, 1) for k, v in cpu.items()},
+        "driver_cpu_share": round(cpu["driver"] / max(sum(cpu.values()), 1e-9), 3),
         "floor_s": round(floor_s, 2),
         "ratio_to_floor": round(elapsed / floor_s, 1),
         "batches": len(batches),

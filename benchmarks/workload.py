@@ -53,8 +53,10 @@ def row(rng: random.Random, key: int, n: int) -> dict[str, Any]:
     }
 
 
-def events(count: int, keys: int, seed: int = 7) -> Iterator[dict[str, Any]]:
-    """``count`` single-row messages: 10% inserts, 75% updates, 15% deletes and re-inserts."""
+def events(count: int, keys: int, seed: int = 7, full: bool = False) -> Iterator[dict[str, Any]]:
+    """``count`` single-row messages: 10% inserts, 75% updates, 15% deletes and re-inserts. ``full``: a
+    catch-up after a bootstrap, the first ``keys`` messages insert every key, then the same mix spreads
+    over the whole key space (issue 32's workload)."""
     rng = random.Random(seed)
     present: list[int] = []
     absent = list(range(keys))
@@ -63,7 +65,7 @@ def events(count: int, keys: int, seed: int = 7) -> Iterator[dict[str, Any]]:
     for n in range(count):
         es = ES0 + n
         roll = rng.random()
-        if not present or (roll < 0.10 and absent):
+        if not present or (roll < 0.10 and absent) or (full and n < keys):
             key = absent.pop()
             present.append(key)
             current[key] = row(rng, key, n)
@@ -107,11 +109,13 @@ def message(kind: str, data: dict[str, Any], old: dict[str, Any] | None, es: int
     }
 
 
-def write_files(folder: Path, count: int, keys: int, per_file: int = 100_000) -> list[Path]:
+def write_files(
+    folder: Path, count: int, keys: int, per_file: int = 100_000, full: bool = False
+) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
     handle = None
-    for n, message in enumerate(events(count, keys)):
+    for n, message in enumerate(events(count, keys, full=full)):
         if n % per_file == 0:
             if handle:
                 handle.close()
