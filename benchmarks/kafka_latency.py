@@ -4,8 +4,9 @@ A producer thread sends 100 canal-json INSERT messages every 100 ms into a topic
 of its own, replicator.broker), each event's ``es`` the wall clock (ms) at which it was produced.
 ``replicator mirror`` runs continuously with ``trigger.interval: 1 second`` and ``source.type: kafka``.
 Latency per row = the commit time of the Delta version that added it minus its ``_cdc_event_time``
-(benchmarks/latency.py's measure). Reports p50/p95/max after a warm-up. Not a test; ``make bench`` runs
-it, results in docs/performance.md:
+(benchmarks/latency.py's measure). Reports p50/p95/max after a warm-up, each phase's median over the
+batches and the CPU time per second of the job's processes after the warm-up (benchmarks/latency.py's
+report). Not a test; ``make bench`` runs it, results in docs/performance.md:
 
     python benchmarks/kafka_latency.py [--seconds 60] [--rate 1000] [--warmup 15]
 """
@@ -81,13 +82,14 @@ def main() -> None:
             "target: {path: lake}\nstate: {path: state}\ntrigger: {interval: 1 second}\n"
         )
         feed = partial(producer, broker.bootstrap_servers, "latency", args.rate)
-        started_ms, err = timed_run(work, feed, args.seconds)
+        started_ms, err, cpu = timed_run(work, feed, args.seconds, args.warmup)
     (work / "job.log").write_text(err)
     mirror = work / "lake" / "bench" / "orders"
     if not mirror.exists():
         raise SystemExit(f"nothing mirrored; job log:\n{err[-3000:]}")
     head = {"rate": args.rate, "seconds": args.seconds, "partitions": PARTITIONS}
     result, _batches = report(mirror, int(started_ms + args.warmup * 1000), err, head)
+    result["cpu_ms_per_s"] = cpu  # after the warm-up (a 1 s trigger: about one batch a second)
     print(json.dumps(result, indent=1))
     (work / "result.json").write_text(json.dumps(result, indent=1))
 

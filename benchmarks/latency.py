@@ -5,7 +5,9 @@ event's ``es`` the wall clock (ms) at which it was written. ``replicator mirror`
 ``trigger.interval: 1 second``. Afterwards, for every row of the mirror, latency = the commit time of the
 Delta version that added its data file minus its ``_cdc_event_time`` (inserts of new keys only, so a
 version's new files hold exactly the rows it committed). Reports p50/p95/max over the events written
-after a warm-up. Not a test; ``make bench`` runs it, results in docs/performance.md:
+after a warm-up, each phase's median over the batches and the CPU time per second of the job's processes
+(driver, Spark JVM, Python workers) after the warm-up. Not a test; ``make bench`` runs it, results in
+docs/performance.md:
 
     python benchmarks/latency.py [--seconds 60] [--rate 1000] [--warmup 15]
 """
@@ -75,9 +77,32 @@ def latencies(mirror: Path, warmup_ms: int) -> list[float]:
     return out
 
 
-def timed_run(work: Path, feed: Callable[[threading.Event], None], seconds: float) -> tuple[float, str]:
+def tree_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) so far of the job's process tree by kind (benchmarks/throughput.py's
+    driver / jvm / workers), children that ended and were waited for included."""
+    import psutil
+    from throughput import _kind
+
+    root = psutil.Process(pid)
+    out = {"driver": 0.0, "jvm": 0.0, "workers": 0.0}
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            kind = _kind(proc, root)
+            if kind is not None:
+                t = proc.cpu_times()
+                out[kind] += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            pass
+    return out
+
+
+def timed_run(
+    work: Path, feed: Callable[[threading.Event], None], seconds: float, warmup: float = 0.0
+) -> tuple[float, str, dict[str, int]]:
     """``replicator mirror`` running continuously on ``work/job.yaml`` while ``feed`` sends events for
-    ``seconds`` (until its event is set) -> the wall clock (ms) the feed started at, and the job's log."""
+    ``seconds`` (until its event is set) -> the wall clock (ms) the feed started at, the job's log, and the
+    CPU time (ms) per second its processes used after ``warmup`` seconds: on a shared machine the
+    wall-clock figures move with the others' load, the CPU time much less."""
     job = subprocess.Popen(
         [sys.executable, "-m", "replicator.commands.cli", "mirror", "--config", "job.yaml"],
         cwd=work,
@@ -86,18 +111,43 @@ def timed_run(work: Path, feed: Callable[[threading.Event], None], seconds: floa
         text=True,
         start_new_session=True,
     )
-    time.sleep(12)  # let Spark start before the clock of the measured events starts
+    # The clock of the measured events starts once the query runs (its checkpoint is written when it
+    # starts; a loaded machine takes longer than the usual ~10 s to get there, and the first batch would
+    # take a backlog).
+    for _ in range(600):
+        if (work / "state" / "checkpoint" / "metadata").exists() or job.poll() is not None:
+            break
+        time.sleep(0.2)
+    time.sleep(3)
     started_ms = time.time() * 1000
     stop = threading.Event()
     thread = threading.Thread(target=feed, args=(stop,))
     thread.start()
-    time.sleep(seconds)
+    warmup = min(warmup, seconds)
+    time.sleep(warmup)
+    cpu_from = tree_cpu(job.pid)
+    time.sleep(seconds - warmup)
+    cpu_to = tree_cpu(job.pid)
     stop.set()
     thread.join()
     time.sleep(5)  # the last files or records
     os.killpg(job.pid, signal.SIGTERM)
     _, err = job.communicate(timeout=120)
-    return started_ms, err
+    measured = max(1.0, seconds - warmup)
+    return started_ms, err, {k: round((cpu_to[k] - cpu_from[k]) * 1000 / measured) for k in cpu_to}
+
+
+def median_phases(batches: list[dict[str, Any]]) -> dict[str, int]:
+    """Each phase's median over the batches that had events (phases_ms of the batch log lines), the first
+    three (the start, the backlog) left out."""
+    counted = [b for b in batches if b.get("events")]
+    counted = counted[3:] or counted
+    names = sorted({name for b in counted for name in b.get("phases_ms") or {}})
+    out = {}
+    for name in names:
+        values = sorted((b.get("phases_ms") or {}).get(name, 0) for b in counted)
+        out[name] = values[len(values) // 2]
+    return out
 
 
 def report(mirror: Path, warmup_ms: int, err: str, head: dict[str, Any]) -> tuple[dict[str, Any], list[dict]]:
@@ -119,6 +169,7 @@ def report(mirror: Path, warmup_ms: int, err: str, head: dict[str, Any]) -> tupl
         "max_ms": round(values[-1], 1),
         "batches": len(batches),
         "median_batch_ms": sorted(b["duration_ms"] for b in batches)[len(batches) // 2] if batches else None,
+        "median_phases_ms": median_phases(batches),
     }
     return result, batches
 
@@ -134,11 +185,12 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     (work / "landing").mkdir(parents=True)
     write_job(work, "latency", trigger="1 second")
-    started_ms, err = timed_run(work, partial(writer, work / "landing", args.rate), args.seconds)
+    feed = partial(writer, work / "landing", args.rate)
+    started_ms, err, cpu = timed_run(work, feed, args.seconds, args.warmup)
     mirror = work / "lake" / "bench" / "orders"
     head = {"rate": args.rate, "seconds": args.seconds}
-    result, batches = report(mirror, int(started_ms + args.warmup * 1000), err, head)
-    result["median_phases_ms"] = batches[len(batches) // 2]["phases_ms"] if batches else None
+    result, _batches = report(mirror, int(started_ms + args.warmup * 1000), err, head)
+    result["cpu_ms_per_s"] = cpu  # after the warm-up (a 1 s trigger: about one batch a second)
     print(json.dumps(result, indent=1))
     (work / "result.json").write_text(json.dumps(result, indent=1))
 
