@@ -2,9 +2,10 @@
 copied to its old key's bucket; a task folds a few buckets at once; net changes through files or through
 Spark's results) keeps exactly what one fold over all the batch's events keeps.
 
-Engine tests' batches are small enough to be folded by one task (``FoldPlan.small_batch``): this property
-forces the buckets, whatever the events' split across decode tasks, their delivery order, and whether a
-message names its key (events that name none are routed by the fold with the driver's key)."""
+Engine tests' batches are small enough to be folded by the driver (``FoldPlan.driver_batch``): this property
+forces one task (``small_batch``) or the buckets, whatever the events' split across decode tasks, their
+delivery order, and whether a message names its key (events that name none are routed by the fold with the
+driver's key); and the driver's fold, which must keep the same."""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ def net(table) -> list[tuple]:  # type: ignore[no-untyped-def]
     spill=st.booleans(),
     typed=st.booleans(),
     small=st.booleans(),
+    driver=st.booleans(),
     unkeyed=st.integers(0, 3),
     seed=st.integers(0, 2**16),
 )
@@ -66,10 +68,10 @@ def net(table) -> list[tuple]:  # type: ignore[no-untyped-def]
 @example(
     ops=[("INSERT", 1, 1, 0), ("UPDATE", 1, 2, 1), ("INSERT", 3, 3, 0), ("UPDATE", 3, 4, 1),
          ("UPDATE", 5, 0, 1)],
-    tasks=1, buckets=2, fold_tasks=2, spill=False, small=False, unkeyed=0, seed=0, typed=True,
+    tasks=1, buckets=2, fold_tasks=2, spill=False, small=False, driver=False, unkeyed=0, seed=0, typed=True,
 )  # fmt: skip
 def test_the_spark_fold_keeps_what_one_fold_keeps(
-    spark, ops, tasks, buckets, fold_tasks, spill, small, unkeyed, seed, typed
+    spark, ops, tasks, buckets, fold_tasks, spill, small, driver, unkeyed, seed, typed
 ):
     sent = messages(ops)
     random.Random(seed).shuffle(sent)  # delivery order is not the order of the changes: seq decides
@@ -98,6 +100,7 @@ def test_the_spark_fold_keeps_what_one_fold_keeps(
             events=events.num_rows,
             spill=folder if spill else None,
             small_batch=events.num_rows if small else 0,
+            driver_batch=events.num_rows if driver else 0,
             tasks=min(fold_tasks, buckets),  # (engine tests: as fold_tasks chooses)
             typing=((TABLE, MIRROR),) if typed else (),
         )

@@ -7,7 +7,8 @@ folds them at once (``fold.arrow.fold``, barriers and keys from the driver) and 
 the keys that hash to its buckets (the other half of a key change belongs to its old key's bucket, which
 has a copy of the update). The net changes go to the batch's folder, and only they reach the driver. A
 batch of up to ``small_batch`` events, or one :func:`fold_tasks` gives a single task, is folded by one
-task that reads each event once.
+task that reads each event once; one of up to ``driver_batch`` events (a 1 s trigger's) is folded by the
+driver itself, the same way, without a Spark job.
 
 The JVM carries the listings and the files' names, never an event: a Spark shuffle of the events (as
 payload rows, and a partial fold per task before it) cost the JVM ~7 s of CPU per 1M events, and the
@@ -33,8 +34,13 @@ if TYPE_CHECKING:
 
 TABLE_COLUMNS = ("database", "schema", "table")
 
-# Events one task folds alone, each once, without buckets (a 1 s trigger's batch: one small task).
+# Events one task folds alone, each once, without buckets.
 SMALL_BATCH = 50_000
+# Events the driver folds itself, each once, from the decode tasks' files (a 1 s trigger's batch): no Spark
+# job. Measured on the latency benchmark's 1,000-event batches: the fold's Spark job (a local frame, a
+# task, its results) took ~100-150 ms of a batch, the fold itself ~5 ms; the driver folds ~3-4 µs per event,
+# so 10,000 events cost it less than the job's fixed part.
+DRIVER_BATCH = 10_000
 # A bucketed batch's fold tasks: about this many events per task, and no fewer per table in a task
 # (fold_tasks).
 EVENTS_PER_TASK = 125_000
@@ -51,6 +57,7 @@ class FoldPlan:
     # (payload.to_files); None: they travel back through Spark's result collection.
     spill: str | None = None
     small_batch: int = SMALL_BATCH  # up to this many events, one task
+    driver_batch: int = DRIVER_BATCH  # up to this many events, the driver (no Spark job)
     tasks: int = 0  # fold tasks of a bucketed batch (0: fold_tasks chooses)
     # Tables whose net changes the fold tasks type (replicator.types.type_images) against their mirror's
     # schema as the driver read it, so that typed columns, not text maps, reach the driver.
@@ -117,16 +124,28 @@ def _group_events(plan: FoldPlan, group: int, listing: pa.Table) -> pa.Table | N
 def fold_buckets(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """One task: its buckets' events, folded at once -> the net changes of the keys in its buckets, with
     their table's identity (written to the batch's folder when it has one)."""
+    payload.freeze_heap()
+    for kind, net in fold_listings(plan, ((group, listing) for _k, group, listing in payload.items(batches))):
+        if plan.spill is None or kind in ("written", "keyless"):  # small: Spark's results carry them
+            yield from payload.rows([(kind, 0, net)])
+        else:
+            yield from payload.to_files(plan.spill, [(kind, 0, net)])
+    payload.release_memory()  # the worker is reused for the batch's next task
+
+
+def fold_listings(plan: FoldPlan, listings: Iterable[tuple[int, pa.Table]]) -> Iterator[tuple[str, pa.Table]]:
+    """(group, listing) -> ``(kind, rows)`` with their table's identity: ``folded`` net changes (images as
+    maps), ``typed`` (plan.typing's tables), ``written`` (the files written for plan.writes' tables) or
+    ``keyless`` (events left out for lack of a key value, fold.arrow.keyless)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from replicator.fold.arrow import fold
 
-    payload.freeze_heap()
     keys = {t: list(k) for t, k in plan.keys}
     typing = dict(plan.typing)
     writes = {**dict(plan.stages), **dict(plan.writes)}
-    for _kind, group, listing in payload.items(batches):
+    for group, listing in listings:
         events = _group_events(plan, group, listing)
         if events is None:
             continue
@@ -157,17 +176,12 @@ def fold_buckets(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
                 out.append((kind, folded))
             for kind, part in out:
                 identity = [pa.repeat(pa.scalar(name, pa.string()), part.num_rows) for name in table]
-                net = pa.table([*identity, *part.columns], names=[*TABLE_COLUMNS, *part.column_names])
-                if plan.spill is None or kind == "written":  # a few file names: Spark's results carry them
-                    yield from payload.rows([(kind, 0, net)])
-                else:
-                    yield from payload.to_files(plan.spill, [(kind, 0, net)])
+                yield kind, pa.table([*identity, *part.columns], names=[*TABLE_COLUMNS, *part.column_names])
         for table, lacking in rejected:  # events without a key value: the driver's dead letters
             identity = [pa.repeat(pa.scalar(name, pa.string()), lacking.num_rows) for name in table]
-            part = pa.table([*identity, *lacking.columns], names=[*TABLE_COLUMNS, *lacking.column_names])
-            yield from payload.rows([("keyless", 0, part)])
+            names = [*TABLE_COLUMNS, *lacking.column_names]
+            yield "keyless", pa.table([*identity, *lacking.columns], names=names)
         del events
-    payload.release_memory()  # the worker is reused for the batch's next task
 
 
 def _winners_mine(folded: pa.Table, table: TableId, group: int, plan: FoldPlan, borrowed: bool) -> np.ndarray:
@@ -234,17 +248,26 @@ def fold_batch(
     ``index`` of their record batches, exchange.EventFile), and the net changes are collected per table
     (the only rows of the batch that reach the driver), with the files written for ``plan.writes``'
     tables (mirror_files.files_schema()), per table, and the events left out for lack of a key value
-    (``database``, ``schema``, ``table``, ``coordinates``, ``error``: fold.arrow.keyless), or None."""
+    (``database``, ``schema``, ``table``, ``coordinates``, ``error``: fold.arrow.keyless), or None. A batch
+    of up to ``plan.driver_batch`` events, none typed on the executors, is folded here instead, from the
+    same files (the driver reads the batch's folder: payload.to_files)."""
     from functools import partial
 
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from replicator.fold.arrow import split_by_table
     from replicator.spark import local_frame
 
     if not plan.keys or index.num_rows == 0:
         return {}, {}, None
+    parts: dict[str, list[pa.Table]] = {"folded": [], "typed": [], "written": [], "keyless": []}
+    # Folded here, each event once, as the one task below would; not when tables are typed on the executors
+    # (plan.typing: large tables, whose typing and writing the driver is spared).
+    if plan.events <= plan.driver_batch and not plan.typing:
+        whole = index.filter(pc.invert(index["secondary"]))
+        for kind, table in fold_listings(plan, [(exchange.UNBUCKETED, whole)]):
+            parts[kind].append(table)
+        return _by_table(parts)
     rows = []
     tasks = 1 if plan.events <= plan.small_batch else plan.tasks or fold_tasks(plan)
     if tasks == 1:  # one task folds it all, each event once (no old-key copies, nothing to route)
@@ -260,9 +283,20 @@ def fold_batch(
                 rows.append(("listing", group, payload.to_ipc(listing)))
     frame = local_frame(spark, rows, payload.payload_schema())  # a task per listing
     folded = frame.mapInArrow(partial(fold_buckets, plan), payload.spark_schema())
-    parts: dict[str, list[pa.Table]] = {"folded": [], "typed": [], "written": [], "keyless": []}
     for kind, _bucket, table in payload.items(folded.toArrow().to_batches()):  # or from their files
         parts[kind].append(table)
+    return _by_table(parts)
+
+
+def _by_table(
+    parts: dict[str, list[pa.Table]],
+) -> tuple[dict[TableId, pa.Table], dict[TableId, pa.Table], pa.Table | None]:
+    """The fold's outputs by kind -> net changes per table, the files written per table, the keyless
+    events (or None)."""
+    import pyarrow as pa
+
+    from replicator.fold.arrow import split_by_table
+
     out: dict[TableId, pa.Table] = {}
     # Typed rows have their table's own columns: concatenated per table (a task's part is one table's).
     typed: dict[TableId, list[pa.Table]] = {}
