@@ -109,7 +109,11 @@ def test_kafka_options_are_built_from_the_job_file(tmp_path):
         "includeHeaders": "false",
         "maxOffsetsPerTrigger": "5000",
         "kafka.security.protocol": "SSL",
+        "kafka.fetch.max.wait.ms": "10",  # (sources.FETCH_MAX_WAIT_MS)
     }
+    # the job file's own consumer settings win
+    waits = load_config(write(tmp_path, text.replace("SSL}", "SSL, kafka.fetch.max.wait.ms: '200'}")))
+    assert kafka_options(waits.source.kafka)["kafka.fetch.max.wait.ms"] == "200"
 
 
 def test_a_noted_kafka_batch_is_read_again_by_its_offset_ranges(tmp_path):
@@ -151,6 +155,7 @@ def test_a_noted_kafka_batch_is_read_again_by_its_offset_ranges(tmp_path):
         "kafka.bootstrap.servers": "k1:9092",
         "failOnDataLoss": "true",
         "includeHeaders": "false",
+        "kafka.fetch.max.wait.ms": "10",
         "kafka.security.protocol": "SSL",
     }
     assert json.loads(options["assign"]) == {"crm": [2], "shop": [0]}
