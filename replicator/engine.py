@@ -76,6 +76,8 @@ log = get_logger("replicator.engine")
 # A table's DML events in a batch from which the fold tasks type its net changes (Engine._typing): fewer
 # are typed on the driver, where reading the mirror's schema first would cost more than the typing.
 TYPED_ON_EXECUTORS = 10_000
+# Kafka source options that set how Spark splits a batch into tasks: the job's choice, kept as it is.
+SPLIT_OPTIONS = frozenset({"minPartitions", "maxRecordsPerPartition"})
 
 
 class Phases:
@@ -151,7 +153,7 @@ class Engine:
     def process(self, frame: DataFrame, batch_id: int) -> BatchSummary:
         """A streaming micro-batch (the source's rows: a file listing or Kafka records) -> mirrors."""
         started = time.monotonic()
-        kind, inputs = batch_inputs(self.config.source.type, frame)
+        kind, inputs = self._inputs(frame, batch_id)
         return self._run(inputs, kind, batch_id, started)
 
     def submit(self, frame: DataFrame, batch_id: int) -> None:
@@ -161,7 +163,7 @@ class Engine:
         batch leaves them for :meth:`recover`. Summaries go to :attr:`on_batch`; an error is raised by
         the next :meth:`submit`, :meth:`process` or :meth:`drain`."""
         started = time.monotonic()
-        kind, inputs = batch_inputs(self.config.source.type, frame)
+        kind, inputs = self._inputs(frame, batch_id)
         work = self._start(inputs, kind, batch_id, started)
         try:
             self.state.note_pending(batch_id, kind, work.batch.manifest)
@@ -170,6 +172,18 @@ class Engine:
             raise
         work.pending = True
         self._pending = self._applying.submit(self._finish, work)
+
+    def _inputs(self, frame: DataFrame, batch_id: int) -> tuple[str, DataFrame]:
+        """A streamed batch's inputs; a Kafka batch sized by the offset ranges Spark planned for it (its
+        checkpoint, written before the batch runs), unless the job sets how Spark splits partitions."""
+        source = self.config.source
+        planned = None
+        kafka = source.kafka if source.type == "kafka" else None
+        if kafka is not None and not SPLIT_OPTIONS & set(kafka.options):
+            from replicator.sources import kafka_batch_ranges
+
+            planned = kafka_batch_ranges(self.state.checkpoint, batch_id)
+        return batch_inputs(source.type, frame, planned)
 
     def process_records(
         self, records: pa.Table, batch_id: int, spark: SparkSession | None = None

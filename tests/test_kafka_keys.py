@@ -100,3 +100,53 @@ def test_every_element_of_an_array_value_takes_the_record_key():
     )
     events = decode(records, "debezium").to_pylist()
     assert [e["primary_key"] for e in events] == [["id"], ["id"], [], []]
+
+
+def test_a_small_kafka_batch_is_read_by_fewer_tasks(spark, tmp_path):
+    """A batch with fewer records than sources.KAFKA_RECORDS_PER_TASK per partition (the offsets Spark
+    planned for it, in its checkpoint) is decoded by one task per that many records, each record once; a
+    job that sets how Spark splits partitions (``minPartitions``) keeps its tasks."""
+    from pathlib import Path
+
+    from tests.helpers import canal, order
+
+    rows = [
+        (
+            None,
+            json.dumps(canal("INSERT", [order(10 * p + o)], es=1_700_000_000_000 + o)).encode(),
+            "t",
+            p,
+            o,
+            None,
+        )
+        for p in range(4)
+        for o in range(3)
+    ]
+    frame = spark.createDataFrame(rows, KAFKA_SCHEMA).repartition(4, "partition")
+    kafka = {"bootstrap_servers": "unused:9092", "topics": ["t"]}
+
+    def runner(folder: str, **options: str) -> Runner:
+        config = job(
+            tmp_path / folder,
+            source={"type": "kafka", "dialect": "canal-json", "kafka": {**kafka, "options": options}},
+        )
+        run = Runner(spark, config)
+        checkpoint = Path(run.engine.state.checkpoint)  # as Spark writes them: the last line is the offsets
+        (checkpoint / "sources" / "0").mkdir(parents=True)
+        (checkpoint / "sources" / "0" / "0").write_text('v1\n{"t":{"0":0,"1":0,"2":0,"3":0}}\n')
+        (checkpoint / "offsets").mkdir()
+        (checkpoint / "offsets" / "0").write_text(
+            'v1\n{"batchWatermarkMs":0}\n{"t":{"0":3,"1":3,"2":3,"3":3}}\n'
+        )
+        return run
+
+    small = runner("small")
+    assert small.engine._inputs(frame, 0)[1].rdd.getNumPartitions() == 1
+    summary = small.engine.process(frame, 0)
+    assert (summary.records_in, summary.applied) == (12, 12)
+    assert sorted(int(r["id"]) for r in small.mirror()) == sorted(
+        10 * p + o for p in range(4) for o in range(3)
+    )
+    split = runner("split", minPartitions="4")
+    assert split.engine._inputs(frame, 0)[1].rdd.getNumPartitions() == 4
+    assert small.engine._inputs(frame, 1)[1].rdd.getNumPartitions() == 4  # a batch Spark did not plan
