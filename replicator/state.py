@@ -171,6 +171,7 @@ class State:
         # Apply threads record renames in the registry mid-batch; delta-rs refuses concurrent MERGEs into
         # one table (CommitFailedError), so the registry's commits take turns.
         self._registry_lock = threading.Lock()
+        self._registry_read: tuple[tuple[str, int], dict[TableId, TableState]] | None = None
 
     # ---- locations --------------------------------------------------------------------------------------
     @property
@@ -284,15 +285,25 @@ class State:
 
     # ---- tables registry --------------------------------------------------------------------------------
     def tables(self) -> dict[TableId, TableState]:
+        """The registry at its newest version (read once per version: each batch asks, most find it as
+        the last batch left it)."""
+        from replicator.sinks.delta_rs import handle, read_table
+
         writer = self.table("tables")
         if not writer.exists():
             return {}
+        table = handle(writer.path)
+        version = (table.metadata().id, table.version())  # (a registry made again starts over at 0)
+        read = self._registry_read
+        if read is not None and read[0] == version:
+            return dict(read[1])
         result = {}
-        for row in writer.read().to_pylist():
+        for row in read_table(table).to_pylist():
             row["primary_key"] = tuple(row["primary_key"] or ())
             state = TableState(**row)
             result[state.id] = replace(state, mirror=self._loaded(state.mirror, state.id))
-        return result
+        self._registry_read = (version, result)
+        return dict(result)
 
     def save_tables(self, states: Iterable[TableState], batch_id: int) -> None:
         rows = [replace(s, updated_at=now(), mirror=self._stored(s.mirror)).row() for s in states]
@@ -304,19 +315,20 @@ class State:
             "AND coalesce(t.schema, '') = coalesce(s.schema, '')"
         )
         data = pa.Table.from_pylist(rows, TABLE_SCHEMA)
-        from deltalake import DeltaTable
+        from replicator.sinks.delta_rs import handle, writing
 
         with self._registry_lock:
             writer = self.table("tables")
             if not writer.exists():
                 writer.create(TABLE_SCHEMA)
-            (
-                DeltaTable(writer.path)
-                .merge(data, predicate=on, source_alias="s", target_alias="t", merge_schema=True)
-                .when_matched_update_all()
-                .when_not_matched_insert_all()
-                .execute()
-            )
+            with writing(writer.path):
+                (
+                    handle(writer.path)
+                    .merge(data, predicate=on, source_alias="s", target_alias="t", merge_schema=True)
+                    .when_matched_update_all()
+                    .when_not_matched_insert_all()
+                    .execute()
+                )
 
     # ---- batches applied behind the next one (Engine.submit) ----------------------------------------------
     @property
@@ -423,13 +435,16 @@ class State:
         props = CommitProperties(app_transactions=[Transaction(self.job, batch_id)])
         partition_by = ["database", "table"]
         if DeltaTable.is_deltatable(uri):
-            DeltaTable(uri).create_write_transaction(
-                adds,
-                mode="append",
-                schema=CHANGELOG_SCHEMA,
-                partition_by=partition_by,
-                commit_properties=props,
-            )
+            from replicator.sinks.delta_rs import handle, writing
+
+            with writing(uri):
+                handle(uri).create_write_transaction(
+                    adds,
+                    mode="append",
+                    schema=CHANGELOG_SCHEMA,
+                    partition_by=partition_by,
+                    commit_properties=props,
+                )
         else:
             create_table_with_add_actions(
                 uri,

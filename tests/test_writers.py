@@ -166,3 +166,62 @@ def test_fill_sets_a_typed_value_in_rows_older_than_the_bound(writer, arrow_type
     got = {r["id"]: (r["c"], r["n"]) for r in writer.read().to_pylist()}
     assert got == {1: (value, 7), 2: (None, None), 3: (None, None)}
     assert writer.fill(values, "_cdc_seq", "2", match={"shard": "a"}) == 0
+
+
+# ---- delta-rs: a thread's loaded tables kept between calls (sinks.delta_rs.handle) ----------------------
+
+
+def test_a_kept_table_is_brought_up_to_date_and_read_again_when_its_log_went_back(tmp_path):
+    """The table each call gets is the newest: commits made elsewhere are seen; a log that went back
+    (its newest commit deleted by hand, an older copy restored) and a folder dropped and made again are
+    read anew, not updated from the kept state (which would keep the lost commits or mix two tables)."""
+    import shutil
+
+    from deltalake import DeltaTable, write_deltalake
+
+    from replicator.sinks.delta_rs import DeltaRsWriter, handle
+
+    path = str(tmp_path / "t")
+    writer = DeltaRsWriter(path)
+    writer.create(SCHEMA)
+    writer.append(rows([(1, "a", "insert", "01")]), Txn("job", 0))
+    kept = handle(path)
+    assert handle(path) is kept and kept.version() == 1
+    # a commit by another writer (another process): the kept table is brought up to date
+    write_deltalake(path, rows([(2, "b", "insert", "02")]), mode="append")
+    assert handle(path) is kept and kept.version() == 2
+    assert content(writer) == [(1, "a"), (2, "b")]
+    # the newest commit deleted by hand: the log went back; the kept state would still hold row 2
+    (tmp_path / "t" / "_delta_log" / f"{2:020d}.json").unlink()
+    assert handle(path).version() == 1
+    assert content(writer) == [(1, "a")]
+    assert writer.applied_version("job") == 0
+    # an older copy restored over the folder
+    copy = str(tmp_path / "copy")
+    shutil.copytree(path, copy)
+    writer.append(rows([(3, "c", "insert", "03")]), Txn("job", 1))
+    assert writer.applied_version("job") == 1
+    shutil.rmtree(path)
+    shutil.copytree(copy, path)
+    assert writer.applied_version("job") == 0 and content(writer) == [(1, "a")]
+    # dropped and made again in this process, up to the same version: another table
+    writer.drop()
+    writer.create(pa.schema([("id", pa.int32()), ("w", pa.string())]))
+    write_deltalake(path, pa.table({"id": pa.array([9], pa.int32()), "w": ["x"]}), mode="append")
+    assert writer.schema().names == ["id", "w"]
+    assert DeltaTable(path).version() == handle(path).version() == 1
+
+
+def test_a_failed_write_leaves_no_kept_table(tmp_path):
+    from replicator.sinks import delta_rs
+    from replicator.sinks.delta_rs import DeltaRsWriter, handle
+
+    path = str(tmp_path / "t")
+    writer = DeltaRsWriter(path)
+    writer.create(SCHEMA)
+    kept = handle(path)
+    batch = pa.table({"nope": ["x"], "_cdc_op": ["insert"], "_cdc_seq": ["1"]})
+    with pytest.raises(Exception, match="nope"):  # a key the table lacks: delta-rs refuses the MERGE
+        writer.merge_guarded(batch, ["nope"], "_cdc_seq", "_cdc_op", None)
+    assert delta_rs.folder_key(path) not in delta_rs._threads.handles
+    assert handle(path) is not kept

@@ -356,24 +356,25 @@ class TableApplier:
             if not pc.any(deletes).as_py():
                 return
             tombs.create(source.drop_columns([CDC_OP]).schema)
-        from deltalake import DeltaTable
+        from replicator.sinks.delta_rs import handle, writing
 
         on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
         newer = f"s.{CDC_SEQ} > t.{CDC_SEQ}"
-        (
-            DeltaTable(tombs.path)
-            .merge(source, predicate=on, source_alias="s", target_alias="t")
-            .when_matched_update(
-                updates={CDC_SEQ: f"s.{CDC_SEQ}", TOMBSTONE_DELETED_AT: f"s.{TOMBSTONE_DELETED_AT}"},
-                predicate=f"s.{CDC_OP} = 'delete' AND {newer}",
+        with writing(tombs.path):
+            (
+                handle(tombs.path)
+                .merge(source, predicate=on, source_alias="s", target_alias="t")
+                .when_matched_update(
+                    updates={CDC_SEQ: f"s.{CDC_SEQ}", TOMBSTONE_DELETED_AT: f"s.{TOMBSTONE_DELETED_AT}"},
+                    predicate=f"s.{CDC_OP} = 'delete' AND {newer}",
+                )
+                .when_matched_delete(predicate=f"s.{CDC_OP} <> 'delete' AND {newer}")
+                .when_not_matched_insert(
+                    updates={quote(k): f"s.{quote(k)}" for k in [*key, CDC_SEQ, TOMBSTONE_DELETED_AT]},
+                    predicate=f"s.{CDC_OP} = 'delete'",
+                )
+                .execute()
             )
-            .when_matched_delete(predicate=f"s.{CDC_OP} <> 'delete' AND {newer}")
-            .when_not_matched_insert(
-                updates={quote(k): f"s.{quote(k)}" for k in [*key, CDC_SEQ, TOMBSTONE_DELETED_AT]},
-                predicate=f"s.{CDC_OP} = 'delete'",
-            )
-            .execute()
-        )
 
     # ---- documents (drs-mongo) ----------------------------------------------------------------------------
     def resolve_documents(self, rows: pa.Table) -> tuple[pa.Table, list[DeadRow]]:

@@ -172,6 +172,7 @@ class MirrorWriter(ABC):
         """Delete the table (its whole directory)."""
         import shutil
 
+        forget(self.path)
         shutil.rmtree(self.path, ignore_errors=True)
 
     def move_to(self, path: str | Path) -> None:
@@ -180,7 +181,33 @@ class MirrorWriter(ABC):
 
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
+        forget(self.path)
+        forget(str(target))
         shutil.move(self.path, target)
+
+
+# Tables whose folder was removed, moved or replaced in this process, so that a loaded state of the table
+# kept for reuse (replicator.sinks.delta_rs.handle) is read again: the count of such changes per folder.
+_replaced: dict[str, int] = {}
+
+
+def folder_key(path: str | Path) -> str:
+    """A table folder as the handles are kept by (a local path normalized, a URI as it is)."""
+    import os
+
+    text = str(path)
+    return text if "://" in text else os.path.normpath(os.path.abspath(text))
+
+
+def forget(path: str | Path) -> None:
+    """The table at ``path`` is about to be removed, moved or replaced by another: states of it loaded
+    before are not to be brought up to date but read again."""
+    key = folder_key(path)
+    _replaced[key] = _replaced.get(key, 0) + 1
+
+
+def replaced(path: str | Path) -> int:
+    return _replaced.get(folder_key(path), 0)
 
 
 WriterFactory = Callable[..., MirrorWriter]  # (path, properties=None)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import pyarrow as pa
 
@@ -13,10 +16,68 @@ from replicator.sinks.base import (
     MirrorWriter,
     Txn,
     fill_source,
+    folder_key,
+    forget,
     key_range,
     quote,
+    replaced,
     rows_with,
 )
+
+# Loaded table states kept per thread for reuse, the least recently used dropped past this many.
+HANDLES = 64
+_threads = threading.local()
+
+
+def handle(path: str):  # type: ignore[no-untyped-def]
+    """The Delta table at a local ``path`` at its newest version: this thread's loaded state of it, brought
+    up to date with the commits since (``update_incremental``), rather than loaded again from its
+    checkpoint and every commit after it. A mirror's micro-batch opened its table ~10 times (its own, the
+    registry's, its state tables'), each load reading the log since the last checkpoint: ~20 ms each on a
+    table of a few dozen commits, against ~4 ms to bring a kept one up to date (docs/performance.md).
+
+    Kept per thread: a handle is never used by two threads at once. Read again, not brought up to date,
+    when the folder was removed, moved or replaced in this process (base.forget): the update reads only
+    the commits after the kept version, and a table made again in the folder has its own. A log that went
+    back (its newest commits deleted by hand, an older copy restored) the update follows
+    (tests/test_writers.py). A URI (object stores) is loaded each time."""
+    from deltalake import DeltaTable
+
+    if "://" in path:
+        return DeltaTable(path)
+    key = folder_key(path)
+    kept: OrderedDict[str, tuple[int, DeltaTable]] | None = getattr(_threads, "handles", None)
+    if kept is None:
+        kept = _threads.handles = OrderedDict()
+    entry = kept.pop(key, None)
+    generation = replaced(key)
+    if entry is not None and entry[0] == generation:
+        table = entry[1]
+        try:
+            table.update_incremental()
+        except Exception:  # read again below (an error there is the caller's)
+            table = None
+        if table is not None:
+            kept[key] = (generation, table)
+            return table
+    table = DeltaTable(path)
+    kept[key] = (generation, table)
+    while len(kept) > HANDLES:
+        kept.popitem(last=False)
+    return table
+
+
+@contextmanager
+def writing(path: str) -> Iterator[None]:
+    """Around a write with this thread's handle of ``path``: a failed write drops the handle (its state is
+    read again next time)."""
+    try:
+        yield
+    except BaseException:
+        kept = getattr(_threads, "handles", None)
+        if kept is not None:
+            kept.pop(folder_key(path), None)
+        raise
 
 
 def _commit(txn: Txn | None):  # type: ignore[no-untyped-def]
@@ -65,9 +126,7 @@ def read_table(table, columns: Sequence[str] | None = None, where: str | None = 
 
 class DeltaRsWriter(MirrorWriter):
     def _table(self):  # type: ignore[no-untyped-def]
-        from deltalake import DeltaTable
-
-        return DeltaTable(self.path)
+        return handle(self.path)
 
     def exists(self) -> bool:
         from deltalake import DeltaTable
@@ -89,6 +148,7 @@ class DeltaRsWriter(MirrorWriter):
     def create(self, schema: pa.Schema, partition_by: Sequence[str] = ()) -> None:
         from deltalake import DeltaTable
 
+        forget(self.path)  # (a table of this folder that was removed by another process)
         if self.properties.get("delta.enableChangeDataFeed") == "true":
             # deltalake 1.6: a MERGE into a CDF table checks NOT NULL on its change-feed projection, where
             # unmatched rows are NULL ("rows failed validation check"; like delta-rs issue #4527): the
@@ -109,7 +169,8 @@ class DeltaRsWriter(MirrorWriter):
         if not fields:
             return
         converted = Schema.from_arrow(pa.schema([f.with_nullable(True) for f in fields])).fields
-        self._table().alter.add_columns(list(converted))
+        with self._writing():
+            self._table().alter.add_columns(list(converted))
 
     def applied_version(self, app_id: str) -> int | None:
         if not self.exists():
@@ -139,17 +200,18 @@ class DeltaRsWriter(MirrorWriter):
         # Every column named and quoted: delta-rs's update_all/insert_all write the names into expressions
         # unquoted, and a column name with a backtick (from a message) failed the MERGE on every rerun.
         columns = {quote(c): f"s.{quote(c)}" for c in batch.column_names}
-        table = self._table()
-        before = table.version()
-        metrics = (
-            table.merge(
-                batch, predicate=on, source_alias="s", target_alias="t", commit_properties=_commit(txn)
+        with self._writing():
+            table = self._table()
+            before = table.version()
+            metrics = (
+                table.merge(
+                    batch, predicate=on, source_alias="s", target_alias="t", commit_properties=_commit(txn)
+                )
+                .when_matched_delete(predicate=f"{is_delete} AND {newer}")
+                .when_matched_update(updates=columns, predicate=f"NOT ({is_delete}) AND {newer}")
+                .when_not_matched_insert(updates=columns, predicate=f"NOT ({is_delete})")
+                .execute()
             )
-            .when_matched_delete(predicate=f"{is_delete} AND {newer}")
-            .when_matched_update(updates=columns, predicate=f"NOT ({is_delete}) AND {newer}")
-            .when_not_matched_insert(updates=columns, predicate=f"NOT ({is_delete})")
-            .execute()
-        )
         if txn is not None and table.version() == before:  # execute() advances the handle it ran on
             # delta-rs writes no commit for a MERGE that changes nothing (every row older than the mirror's):
             # the batch's app transaction must still be recorded, or a replay would not know it was applied.
@@ -168,11 +230,18 @@ class DeltaRsWriter(MirrorWriter):
 
         if not self.exists():
             self.create(batch.schema)
-        write_deltalake(self.path, batch, mode="append", commit_properties=_commit(txn), schema_mode="merge")
+        with self._writing():
+            write_deltalake(
+                self._table(), batch, mode="append", commit_properties=_commit(txn), schema_mode="merge"
+            )
 
     def delete_where(self, predicate: str | None, txn: Txn | None) -> int:
-        metrics = self._table().delete(predicate, commit_properties=_commit(txn))
+        with self._writing():
+            metrics = self._table().delete(predicate, commit_properties=_commit(txn))
         return int(metrics.get("num_deleted_rows", 0) or 0)
+
+    def _writing(self):  # type: ignore[no-untyped-def]
+        return writing(self.path)
 
     writes_files = True
 
@@ -193,20 +262,23 @@ class DeltaRsWriter(MirrorWriter):
             )
             for f in files.select(["path", "size", "mtime", "stats"]).to_pylist()
         ]
-        table = self._table()
-        table.create_write_transaction(
-            adds, mode="append", schema=table.schema(), commit_properties=_commit(txn)
-        )
+        with self._writing():
+            table = self._table()
+            table.create_write_transaction(
+                adds, mode="append", schema=table.schema(), commit_properties=_commit(txn)
+            )
         return MergeResult(inserted=int(pc.sum(files["rows"]).as_py() or 0))
 
     def mark(self, txn: Txn) -> None:
-        table = self._table()
-        table.create_write_transaction(
-            [], mode="append", schema=table.schema(), commit_properties=_commit(txn)
-        )
+        with self._writing():
+            table = self._table()
+            table.create_write_transaction(
+                [], mode="append", schema=table.schema(), commit_properties=_commit(txn)
+            )
 
     def describe(self, description: str) -> None:
-        self._table().alter.set_table_description(description)
+        with self._writing():
+            self._table().alter.set_table_description(description)
 
     def overwrite(self, data: pa.Table, txn: Txn | None = None) -> None:
         from deltalake import write_deltalake
@@ -229,17 +301,18 @@ class DeltaRsWriter(MirrorWriter):
             on.append(f"t.{quote(flag)}")
         pairs = [(quote(c), f"s.{quote(f'__fill_{i}')}") for i, c in enumerate(values.column_names)]
         differs = " OR ".join(f"(t.{c} IS DISTINCT FROM {v})" for c, v in pairs)
-        metrics = (
-            self._table()
-            .merge(
-                fill_source(values, before, match),
-                predicate=" AND ".join(on),
-                source_alias="s",
-                target_alias="t",
+        with self._writing():
+            metrics = (
+                self._table()
+                .merge(
+                    fill_source(values, before, match),
+                    predicate=" AND ".join(on),
+                    source_alias="s",
+                    target_alias="t",
+                )
+                .when_matched_update(updates=dict(pairs), predicate=differs)
+                .execute()
             )
-            .when_matched_update(updates=dict(pairs), predicate=differs)
-            .execute()
-        )
         return int(metrics.get("num_target_rows_updated", 0) or 0)
 
     def read_keys(self, column: str, values: pa.Array, columns: Sequence[str]) -> pa.Table:
