@@ -391,8 +391,18 @@ def kafka_options(options: KafkaOptions) -> dict[str, str]:
         built["subscribePattern"] = str(options.topic_pattern)
     if options.max_offsets_per_trigger:
         built["maxOffsetsPerTrigger"] = str(options.max_offsets_per_trigger)
+    built.update(KAFKA_CONSUMER_DEFAULTS)
     built.update(options.options)
     return built
+
+
+# The executors' Kafka consumers, unless the job file sets them. Spark's consumer asks the broker for the
+# partition's earliest and latest offsets (two ListOffsets round trips) after every poll
+# (InternalKafkaConsumer.fetch), and a poll returns at most max.poll.records (500): 2,000 takes a whole
+# default fetch (max.partition.fetch.bytes, 1 MB: ~1,250 records of 800 bytes) in one poll, with no more
+# memory held. Measured on 1M canal-json records (docs/performance.md, "Kafka catch-up"): Spark's JVM
+# -1.7 CPU-s, the broker -1.9 CPU-s. Larger fetches (8 MB) cost more in young collections than they saved.
+KAFKA_CONSUMER_DEFAULTS = {"kafka.max.poll.records": "2000"}
 
 
 def kafka_inputs(frame: DataFrame) -> DataFrame:

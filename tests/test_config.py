@@ -108,8 +108,20 @@ def test_kafka_options_are_built_from_the_job_file(tmp_path):
         "failOnDataLoss": "true",
         "includeHeaders": "false",
         "maxOffsetsPerTrigger": "5000",
+        "kafka.max.poll.records": "2000",
         "kafka.security.protocol": "SSL",
     }
+
+
+def test_the_job_files_consumer_options_win_over_the_defaults(tmp_path):
+    from replicator.sources import kafka_options
+
+    text = GOOD.replace(
+        "type: files\n  path: landing",
+        "type: kafka\n  kafka:\n    bootstrap_servers: k1:9092\n"
+        "    topics: [shop]\n    options: {kafka.max.poll.records: '300'}",
+    )
+    assert kafka_options(load_config(write(tmp_path, text)).source.kafka)["kafka.max.poll.records"] == "300"
 
 
 def test_a_noted_kafka_batch_is_read_again_by_its_offset_ranges(tmp_path):
@@ -151,6 +163,7 @@ def test_a_noted_kafka_batch_is_read_again_by_its_offset_ranges(tmp_path):
         "kafka.bootstrap.servers": "k1:9092",
         "failOnDataLoss": "true",
         "includeHeaders": "false",
+        "kafka.max.poll.records": "2000",
         "kafka.security.protocol": "SSL",
     }
     assert json.loads(options["assign"]) == {"crm": [2], "shop": [0]}
