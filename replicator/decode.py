@@ -103,7 +103,8 @@ def _kafka(batch: pa.RecordBatch, plan: DecodePlan) -> Iterator[pa.Table]:
     from replicator.sources import raw_schema
 
     table = pa.Table.from_batches([batch])
-    table = table.filter(pc.is_valid(table["value"]))
+    if table["value"].null_count:  # a filter copies every value, so only where there is a NULL
+        table = table.filter(pc.is_valid(table["value"]))
     renamed = {"raw": "value", "key": "key", "source": "topic", "partition": "partition", "offset": "offset"}
     schema = raw_schema()
     columns = [

@@ -386,7 +386,7 @@ def file_list(files: list[Path]) -> list[tuple[str, int]]:
 # of 4 partitions took a median 2,464 ms, 484 ms with 10 ms. Reads of records that are there never wait.
 FETCH_MAX_WAIT_MS = "10"
 # Consumer settings of ours that the admin client (kafka_latest_offsets) does not take.
-_CONSUMER_ONLY = ("kafka.fetch.max.wait.ms",)
+_CONSUMER_ONLY = ("kafka.fetch.max.wait.ms", "kafka.max.poll.records")
 
 
 def kafka_options(options: KafkaOptions) -> dict[str, str]:
@@ -404,8 +404,19 @@ def kafka_options(options: KafkaOptions) -> dict[str, str]:
         built["subscribePattern"] = str(options.topic_pattern)
     if options.max_offsets_per_trigger:
         built["maxOffsetsPerTrigger"] = str(options.max_offsets_per_trigger)
+    built.update(KAFKA_CONSUMER_DEFAULTS)
     built.update(options.options)
     return built
+
+
+# The executors' Kafka consumers, unless the job file sets them. Spark's consumer asks the broker for the
+# partition's earliest and latest offsets (two ListOffsets round trips) after every poll
+# (InternalKafkaConsumer.fetch), and a poll returns at most max.poll.records (500): 2,000 takes a whole
+# default fetch (max.partition.fetch.bytes, 1 MB: ~1,250 records of 800 bytes) in one poll, with no more
+# memory held. Measured on 1M canal-json records (docs/performance.md, "Kafka catch-up"): Spark's JVM
+# -1.7 CPU-s, the broker -1.9 CPU-s. Larger fetches (8 MB) cost more in young collections than they saved.
+KAFKA_CONSUMER_DEFAULTS = {"kafka.max.poll.records": "2000"}
+
 
 
 # Records of a small Kafka batch per decode task: a batch of fewer records than its partitions would give

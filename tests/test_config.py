@@ -108,12 +108,24 @@ def test_kafka_options_are_built_from_the_job_file(tmp_path):
         "failOnDataLoss": "true",
         "includeHeaders": "false",
         "maxOffsetsPerTrigger": "5000",
+        "kafka.max.poll.records": "2000",
         "kafka.security.protocol": "SSL",
         "kafka.fetch.max.wait.ms": "10",  # (sources.FETCH_MAX_WAIT_MS)
     }
     # the job file's own consumer settings win
     waits = load_config(write(tmp_path, text.replace("SSL}", "SSL, kafka.fetch.max.wait.ms: '200'}")))
     assert kafka_options(waits.source.kafka)["kafka.fetch.max.wait.ms"] == "200"
+
+
+def test_the_job_files_consumer_options_win_over_the_defaults(tmp_path):
+    from replicator.sources import kafka_options
+
+    text = GOOD.replace(
+        "type: files\n  path: landing",
+        "type: kafka\n  kafka:\n    bootstrap_servers: k1:9092\n"
+        "    topics: [shop]\n    options: {kafka.max.poll.records: '300'}",
+    )
+    assert kafka_options(load_config(write(tmp_path, text)).source.kafka)["kafka.max.poll.records"] == "300"
 
 
 def test_a_noted_kafka_batch_is_read_again_by_its_offset_ranges(tmp_path):
@@ -156,6 +168,7 @@ def test_a_noted_kafka_batch_is_read_again_by_its_offset_ranges(tmp_path):
         "failOnDataLoss": "true",
         "includeHeaders": "false",
         "kafka.fetch.max.wait.ms": "10",
+        "kafka.max.poll.records": "2000",
         "kafka.security.protocol": "SSL",
     }
     assert json.loads(options["assign"]) == {"crm": [2], "shop": [0]}
