@@ -1,6 +1,6 @@
-"""A Spark standalone cluster on 127.0.0.1 from the pyspark package: one master, one worker (`replicator
-jvm-archive`'s sample run, the tests, the benchmarks). Every process it starts is stopped by its process
-group when the context ends."""
+"""A Spark standalone cluster on 127.0.0.1 from the pyspark package: one master, one worker or more
+(`replicator jvm-archive`'s sample run, the tests, the benchmarks). Every process it starts is stopped by
+its process group when the context ends."""
 
 from __future__ import annotations
 
@@ -58,8 +58,12 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @contextmanager
-def standalone(tmp: Path, cores: int = 2, memory: str = "2g") -> Iterator[tuple[str, dict[str, str]]]:
-    """Start a master and one worker; yields (master URL, the environment to submit jobs with)."""
+def standalone(
+    tmp: Path, cores: int = 2, memory: str = "2g", workers: int = 1
+) -> Iterator[tuple[str, dict[str, str]]]:
+    """Start a master and ``workers`` workers of ``cores`` cores and ``memory`` each; yields (master URL,
+    the environment to submit jobs with: ``REPLICATOR_WORKER_PID`` the first worker's JVM,
+    ``REPLICATOR_WORKER_PIDS`` every worker's, comma-separated)."""
     tmp.mkdir(parents=True, exist_ok=True)
     env = cluster_env(tmp)
     port = _free_port()
@@ -77,31 +81,27 @@ def standalone(tmp: Path, cores: int = 2, memory: str = "2g") -> Iterator[tuple[
         env,
     )
     url = f"spark://127.0.0.1:{port}"
-    worker = _start(
-        [
-            "org.apache.spark.deploy.worker.Worker",
-            url,
-            "--host",
-            "127.0.0.1",
-            "--cores",
-            str(cores),
-            "--memory",
-            memory,
-            "--webui-port",
-            str(_free_port()),
-        ],
-        tmp / "worker.log",
-        env,
-    )
+    started: list[subprocess.Popen] = []
     try:
+        for n in range(workers):
+            # The first worker keeps SPARK_WORKER_DIR (tests read its executors' logs there); the others
+            # get folders of their own.
+            work = ["--work-dir", str(tmp / f"work-{n}")] if n else []
+            log = tmp / ("worker.log" if n == 0 else f"worker-{n}.log")
+            args = ["--host", "127.0.0.1", "--cores", str(cores), "--memory", memory]
+            args += ["--webui-port", str(_free_port()), *work]
+            started.append(_start(["org.apache.spark.deploy.worker.Worker", url, *args], log, env))
         deadline = time.monotonic() + 180
-        while "Registering worker" not in (tmp / "master.log").read_text():
-            if time.monotonic() > deadline or master.poll() is not None or worker.poll() is not None:
+        while (tmp / "master.log").read_text().count("Registering worker") < workers:
+            gone = master.poll() is not None or any(w.poll() is not None for w in started)
+            if time.monotonic() > deadline or gone:
                 raise RuntimeError(
                     "the standalone cluster did not start:\n" + (tmp / "master.log").read_text()[-3000:]
                 )
             time.sleep(1)
-        yield url, {**env, "REPLICATOR_WORKER_PID": str(worker.pid)}
+        pids = [str(w.pid) for w in started]
+        yield url, {**env, "REPLICATOR_WORKER_PID": pids[0], "REPLICATOR_WORKER_PIDS": ",".join(pids)}
     finally:
-        _stop(worker)
+        for worker in started:
+            _stop(worker)
         _stop(master)
