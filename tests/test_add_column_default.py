@@ -104,11 +104,9 @@ def rows(*ids: int) -> list[dict[str, Any]]:
     return [{"id": str(i), "name": f"n{i}"} for i in ids]
 
 
-# delta-spark: the same run, a few minutes on 2 busy cores (a Spark MERGE per fill and per table's batch)
-@pytest.fixture(
-    scope="module",
-    params=["delta-rs", pytest.param("delta-spark", marks=[pytest.mark.delta_spark, pytest.mark.slow])],
-)
+# delta-rs here; delta-spark runs the explicit and history cases below (the whole run took 5 minutes of
+# delta-spark on 2 busy cores: a Spark MERGE per fill and per table's batch)
+@pytest.fixture(scope="module", params=["delta-rs"])
 def run(request, spark, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"defaults-{request.param}")
     config = job(
@@ -224,3 +222,42 @@ def test_history_current_versions_take_the_default(run):
     assert current == {1: 42, 2: 42, 3: 42, 4: 42, 5: 7}
     closed = [r["k"] for r in history if not r["_cdc_current"]]
     assert closed and all(k is None for k in closed)  # versions that ended keep NULL: not a row change
+
+
+@pytest.mark.delta_spark
+@pytest.mark.slow
+def test_delta_spark_fills_the_rows_that_existed_and_current_history_versions(spark, tmp_path):
+    """The same rule with the delta-spark writer: the rows existing at the DDL take the defaults, a row
+    inserted after it keeps its own values, a history table's current versions take the default."""
+    config = job(
+        tmp_path,
+        source={"timezone": ZONE},
+        target={"writer": "delta-spark"},
+        tables={"history": ["shop.hist"]},
+    )
+    runner = Runner(spark, config)
+    runner.messages(tmp_path, [dml("INSERT", t, rows(1, 2)) for t in ("explicit", "hist")])
+    runner.messages(
+        tmp_path,
+        [
+            stmt(EXPLICIT, "explicit")[0],
+            stmt("ALTER TABLE hist ADD COLUMN k int NOT NULL DEFAULT 42", "hist")[0],
+            dml(
+                "INSERT",
+                "explicit",
+                [
+                    {"id": "5", "name": "n5", **dict.fromkeys(EXPLICIT_TYPES)}
+                    | {"d": "1.5", "b8": "1", "flag": "0"}
+                ],
+                {**T, **EXPLICIT_TYPES},
+            ),
+            dml("INSERT", "hist", [{"id": "5", "name": "n5", "k": "7"}], {**T, "k": "int"}),
+        ],
+    )
+    mirror = by_id(runner.mirror(table="explicit"))
+    for i in (1, 2):
+        assert {c: mirror[i][c] for c in EXPLICIT_VALUES} == EXPLICIT_VALUES, i
+    assert mirror[5]["d"] == Decimal("1.5") and mirror[5]["b8"] == 1 and mirror[5]["flag"] is False
+    assert all(mirror[5][c] is None for c in EXPLICIT_TYPES if c not in ("d", "b8", "flag"))
+    history = delta_table(Path(config.target.path) / "shop" / "hist__history", cdc=True).to_pylist()
+    assert {r["id"]: r["k"] for r in history if r["_cdc_current"]} == {1: 42, 2: 42, 5: 7}
