@@ -418,7 +418,6 @@ def kafka_options(options: KafkaOptions) -> dict[str, str]:
 KAFKA_CONSUMER_DEFAULTS = {"kafka.max.poll.records": "2000"}
 
 
-
 # Records of a small Kafka batch per decode task: a batch of fewer records than its partitions would give
 # tasks has its partitions read together by fewer tasks. Measured on the latency benchmark's batches (1,000
 # records over 4 partitions, 2 shared cores, read where the records are there): 4 tasks took a median
