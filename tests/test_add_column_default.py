@@ -104,6 +104,17 @@ def rows(*ids: int) -> list[dict[str, Any]]:
     return [{"id": str(i), "name": f"n{i}"} for i in ids]
 
 
+def explicit_row(type_: str, i: int, d: str, b8: str, **kw: Any) -> dict[str, Any]:
+    """A row of ``explicit`` written after its ALTER with its own values: NULL where nullable."""
+    row = {"id": str(i), "name": f"n{i}", **dict.fromkeys(EXPLICIT_TYPES), "d": d, "b8": b8, "flag": "0"}
+    return dml(type_, "explicit", [row], {**T, **EXPLICIT_TYPES}, **kw)
+
+
+def hist_row5() -> dict[str, Any]:
+    """An insert into ``hist`` after its ALTER, with its own ``k``."""
+    return dml("INSERT", "hist", [{"id": "5", "name": "n5", "k": "7"}], {**T, "k": "int"})
+
+
 # delta-rs here; delta-spark runs the explicit and history cases below (the whole run took 5 minutes of
 # delta-spark on 2 busy cores: a Spark MERGE per fill and per table's batch)
 @pytest.fixture(scope="module", params=["delta-rs"])
@@ -129,26 +140,9 @@ def run(request, spark, tmp_path_factory):
         (now := stmt(NOW, "now"))[0],
         stmt("ALTER TABLE hist ADD COLUMN k int NOT NULL DEFAULT 42", "hist")[0],
         # after them: an insert carrying its own values (NULL where nullable), an update of an older row
-        dml(
-            "INSERT",
-            "explicit",
-            [
-                {"id": "5", "name": "n5", **dict.fromkeys(EXPLICIT_TYPES)}
-                | {"d": "1.5", "b8": "1", "flag": "0"}
-            ],
-            {**T, **EXPLICIT_TYPES},
-        ),
-        dml(
-            "UPDATE",
-            "explicit",
-            [
-                {"id": "2", "name": "n2", **dict.fromkeys(EXPLICIT_TYPES)}
-                | {"d": "2.5", "b8": "2", "flag": "0"}
-            ],
-            {**T, **EXPLICIT_TYPES},
-            old=[{"d": "-1234567890123456789012345678.0123456789"}],
-        ),
-        dml("INSERT", "hist", [{"id": "5", "name": "n5", "k": "7"}], {**T, "k": "int"}),
+        explicit_row("INSERT", 5, "1.5", "1"),
+        explicit_row("UPDATE", 2, "2.5", "2", old=[{"d": "-1234567890123456789012345678.0123456789"}]),
+        hist_row5(),
         dml(
             "UPDATE", "hist", [{"id": "1", "name": "h1", "k": "42"}], {**T, "k": "int"}, old=[{"name": "n1"}]
         ),
@@ -242,16 +236,8 @@ def test_delta_spark_fills_the_rows_that_existed_and_current_history_versions(sp
         [
             stmt(EXPLICIT, "explicit")[0],
             stmt("ALTER TABLE hist ADD COLUMN k int NOT NULL DEFAULT 42", "hist")[0],
-            dml(
-                "INSERT",
-                "explicit",
-                [
-                    {"id": "5", "name": "n5", **dict.fromkeys(EXPLICIT_TYPES)}
-                    | {"d": "1.5", "b8": "1", "flag": "0"}
-                ],
-                {**T, **EXPLICIT_TYPES},
-            ),
-            dml("INSERT", "hist", [{"id": "5", "name": "n5", "k": "7"}], {**T, "k": "int"}),
+            explicit_row("INSERT", 5, "1.5", "1"),
+            hist_row5(),
         ],
     )
     mirror = by_id(runner.mirror(table="explicit"))
