@@ -99,24 +99,29 @@ def dump(broker, prefix: str, path: Path) -> None:
     consumer.close()
 
 
+def mirror_source(broker, prefix: str) -> dict:
+    """The job's source: the connector's topics (``prefix`` and ``prefix.*``) from the first offset."""
+    return {
+        "type": "kafka",
+        "dialect": "debezium",
+        # The writers' session zone: a DATETIME DEFAULT CURRENT_TIMESTAMP added to rows that exist is the
+        # ALTER's time on that wall clock (docs/schema-evolution.md)
+        "timezone": "Asia/Kolkata",
+        "kafka": {
+            "bootstrap_servers": broker.bootstrap_servers,
+            "topic_pattern": rf"^{prefix}(\..*)?$",
+            "starting_offsets": "earliest",
+        },
+    }
+
+
 def mirror_job(root: Path, broker, prefix: str, database: str, **overrides):
     """The job of a connector's topics. The schema-change topic also carries the DDL of the server's other
     databases (the snapshot's DROP/CREATE of every table): ``tables.include`` keeps the captured one."""
     return job(
         root,
         name=f"e2e-{prefix}",
-        source={
-            "type": "kafka",
-            "dialect": "debezium",
-            # The writers' session zone: a DATETIME DEFAULT CURRENT_TIMESTAMP added to rows that exist is
-            # the ALTER's time on that wall clock (docs/schema-evolution.md)
-            "timezone": "Asia/Kolkata",
-            "kafka": {
-                "bootstrap_servers": broker.bootstrap_servers,
-                "topic_pattern": rf"^{prefix}(\..*)?$",
-                "starting_offsets": "earliest",
-            },
-        },
+        source=mirror_source(broker, prefix),
         schema_evolution="evolve",
         tables={"include": [f"{database}.*"]},
         **overrides,
@@ -247,16 +252,7 @@ def test_faults_kill_the_mirror_restart_the_connector_replay(spark, server, brok
         yaml.safe_dump(
             {
                 "name": config.name,
-                "source": {
-                    "type": "kafka",
-                    "dialect": "debezium",
-                    "timezone": "Asia/Kolkata",
-                    "kafka": {
-                        "bootstrap_servers": broker.bootstrap_servers,
-                        "topic_pattern": rf"^{prefix}(\..*)?$",
-                        "starting_offsets": "earliest",
-                    },
-                },
+                "source": mirror_source(broker, prefix),
                 "target": {"path": "lake"},
                 "state": {"path": "state"},
                 "schema_evolution": "evolve",
