@@ -101,6 +101,13 @@ HARNESS = textwrap.dedent("""
         before(State, "save_tables", lambda self, states, batch_id: batch_id == at)
     elif point == "renamed":  # a rename's own registry record (the old name dropped), mid-batch
         after(State, "save_tables", lambda self, states, b: b == at and any(s.dropped for s in states))
+    elif point == "recreated":  # a DROP TABLE then CREATE TABLE of one batch: the new mirror made, no more
+        made = []
+        def again(self, *args):
+            if self.path.replace(os.sep, "/").endswith("/lake/shop/customers"):
+                made.append(self.path)
+            return len(made) == 2
+        after(DeltaRsWriter, "create", again)
     elif point == "recorded":
         after(State, "record_batch", lambda self, summary: summary.batch_id == at)
     elif point == "committed":  # applied behind (trigger.overlap): Spark committed the batch, not applied
@@ -201,7 +208,7 @@ def workload(seed: int, files: int = 3, messages: int = 8) -> tuple[list[list[di
     return out, model
 
 
-def write_job(root: Path, files: list[list[dict]], overlap: bool = True) -> Path:
+def write_job(root: Path, files: list[list[dict]], overlap: bool = True, policy: str = "lenient") -> Path:
     for i, messages in enumerate(files):
         path = write_jsonl(root / "landing" / f"part-{i:03d}.jsonl", messages)
         os.utime(path, (ES / 1000 + i, ES / 1000 + i))  # one file per batch, in this order
@@ -213,6 +220,7 @@ def write_job(root: Path, files: list[list[dict]], overlap: bool = True) -> Path
         target: {{path: lake}}
         state: {{path: state}}
         trigger: {{overlap: {str(overlap).lower()}}}
+        schema_evolution: {policy}
         """),
         encoding="utf-8",
     )
@@ -485,6 +493,58 @@ def test_crash_inside_a_rename(tmp_path):
     problems = differences(tmp_path, model)
     assert not problems, "\n".join(problems)
     assert_accounted(tmp_path, config, files, tables={"clients": {0, 1, 2}, "orders": {0, 1}})
+
+
+def recreate_workload() -> tuple[list[list[dict]], dict[str, dict]]:
+    """Batch 0 fills customers and orders; batch 1 drops customers and creates it again (as a capture tool's
+    new snapshot does: Debezium after losing its offsets) with new rows, and updates orders; batch 2 writes
+    to both."""
+    rng = random.Random(7)
+    es = iter(range(ES, ES + 10**6))
+    customers = {k: _values(rng, k, 0) for k in range(1, 5)}
+    orders = {k: _values(rng, k, 0) for k in range(1, 3)}
+    files = [
+        [
+            canal("INSERT", [texts(r) for r in customers.values()], es=next(es), table="customers"),
+            canal("INSERT", [texts(r) for r in orders.values()], es=next(es)),
+        ]
+    ]
+    create = "CREATE TABLE customers (id bigint NOT NULL PRIMARY KEY, name varchar(64), amount decimal(12,2), ts datetime(3))"
+    customers = {k: _values(rng, k, 1) for k in (2, 3, 9)}
+    orders[1] = _values(rng, 1, 1)
+    files.append(
+        [
+            canal("UPDATE", [texts(_values(rng, 1, 1))], old=[{"name": "x"}], es=next(es), table="customers"),
+            ddl("ERASE", "DROP TABLE `customers`", es=next(es), table="customers"),
+            ddl("CREATE", create, es=next(es), table="customers"),
+            canal("INSERT", [texts(r) for r in customers.values()], es=next(es), table="customers"),
+            canal("UPDATE", [texts(orders[1])], old=[{"name": "x"}], es=next(es)),
+        ]
+    )
+    customers[4] = _values(rng, 4, 2)
+    orders[2] = _values(rng, 2, 2)
+    files.append(
+        [
+            canal("INSERT", [texts(customers[4])], es=next(es), table="customers"),
+            canal("UPDATE", [texts(orders[2])], old=[{"name": "x"}], es=next(es)),
+        ]
+    )
+    return files, {"customers": customers, "orders": orders}
+
+
+@pytest.mark.slow
+def test_crash_after_a_drop_and_create(tmp_path):
+    """Killed once a batch's DROP TABLE deleted a mirror and its CREATE TABLE made it again, before the
+    batch's commit: the new mirror's log holds no batch of the job, which is not a mirror behind the
+    registry (the drop is recorded when done), and the restart applies the batch once."""
+    files, model = recreate_workload()
+    config = write_job(tmp_path, files, policy="evolve")
+    crash_at(config, "recreated@1")
+    assert txns(tmp_path / "lake" / "shop" / "customers") == Counter()  # made again, nothing in it yet
+    finish(config)
+    problems = differences(tmp_path, model)
+    assert not problems, "\n".join(problems)
+    assert_accounted(tmp_path, config, files, tables={"customers": {1, 2}, "orders": {0, 1, 2}})
 
 
 def kill_after(config: Path, batches: int, delay: float) -> str:

@@ -475,7 +475,11 @@ def _(change: ddl.DropTable, ctx: Context) -> None:
         state.check_state_path(tombstones.path, "drop")
         ctx.applier.mirror.drop()
         tombstones.drop()
-        ctx.set_state(dropped=True, truncate_seq=ctx.horizon)
+        # Recorded now, not with the batch's registry commit: a CREATE later in this batch makes a new mirror
+        # whose log holds no batch of this job, and a restart after a crash must not take it for a mirror
+        # that lost its newest commits (TableApplier.check_behind) but replay the batch over it.
+        ctx.set_state(dropped=True, truncate_seq=ctx.horizon, last_batch=None, last_app=None)
+        state.save_tables([ctx.applier.table_state], ctx.applier.batch_id)
         return
     ctx.set_state(dropped=True)
 
