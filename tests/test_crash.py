@@ -509,7 +509,10 @@ def recreate_workload() -> tuple[list[list[dict]], dict[str, dict]]:
             canal("INSERT", [texts(r) for r in orders.values()], es=next(es)),
         ]
     ]
-    create = "CREATE TABLE customers (id bigint NOT NULL PRIMARY KEY, name varchar(64), amount decimal(12,2), ts datetime(3))"
+    create = (
+        "CREATE TABLE customers (id bigint NOT NULL PRIMARY KEY, name varchar(64), amount decimal(12,2), "
+        "ts datetime(3))"
+    )
     customers = {k: _values(rng, k, 1) for k in (2, 3, 9)}
     orders[1] = _values(rng, 1, 1)
     files.append(
