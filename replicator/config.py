@@ -50,12 +50,32 @@ class KafkaOptions(_Model):
     max_offsets_per_trigger: int | None = 100_000
     fail_on_data_loss: bool = True
     options: dict[str, str] = Field(default_factory=dict, description="extra kafka.* / source options")
+    reader: Literal["auto", "direct", "spark"] = Field(
+        default="auto",
+        description="who reads a batch's records: the decode tasks (direct) or Spark's Kafka source "
+        "(replicator.kafka_reader; auto: direct unless a kafka.* option has no librdkafka equivalent)",
+    )
 
     @model_validator(mode="after")
     def _one_subscription(self) -> KafkaOptions:
         if bool(self.topics) == bool(self.topic_pattern):
             raise ValueError("set exactly one of 'topics' or 'topic_pattern'")
+        if self.reader == "direct" and self.direct_settings() is None:
+            from replicator.kafka_reader import unreadable_options
+
+            raise ValueError(
+                "reader: direct cannot use the option(s) "
+                f"{', '.join(unreadable_options(self.options))} (no librdkafka equivalent); use reader: spark"
+            )
         return self
+
+    def direct_settings(self) -> dict[str, str] | None:
+        """librdkafka's settings when the decode tasks read the records themselves, else None."""
+        if self.reader == "spark":
+            return None
+        from replicator.kafka_reader import client_settings
+
+        return client_settings({"kafka.bootstrap.servers": self.bootstrap_servers, **self.options})
 
 
 class SourceConfig(_Model):

@@ -69,6 +69,9 @@ class DecodePlan:
     wanted: frozenset[tuple[Any, ...]] = field(
         default_factory=frozenset
     )  # raw lookups: (source, partition, offset)
+    # librdkafka's settings when the tasks read Kafka offset ranges themselves (replicator.kafka_reader)
+    kafka_client: tuple[tuple[str, str], ...] = ()
+    fail_on_data_loss: bool = True
 
 
 # ---- raw records of one input batch, per source -----------------------------------------------------------
@@ -114,6 +117,20 @@ def _kafka(batch: pa.RecordBatch, plan: DecodePlan) -> Iterator[pa.Table]:
         for f in schema
     ]
     yield from _slices(pa.table(columns, schema=schema), plan.slice_rows)
+
+
+def _input_batches(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A task's input batches; Kafka offset ranges (kafka_reader.range_schema) become the records in them,
+    read here, in the columns Spark's Kafka source gives (so that the rest does not tell them apart)."""
+    for batch in batches:
+        if plan.source == "kafka" and "end" in batch.schema.names:
+            from replicator.kafka_reader import read_ranges
+
+            if not plan.kafka_client:
+                raise ValueError("Kafka offset ranges to read, but no Kafka client settings in the plan")
+            yield from read_ranges(dict(plan.kafka_client), batch, plan.fail_on_data_loss, plan.slice_rows)
+        else:
+            yield batch
 
 
 def _payloads(batch: pa.RecordBatch, plan: DecodePlan) -> Iterator[pa.Table]:
@@ -398,7 +415,7 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
     wanted_ops = pa.array([*DML_OPS, *BARRIER_OPS])
     manifest: list[pa.Table] = []  # what the task read (Engine.recover)
     with gc_paused():
-        for batch in batches:
+        for batch in _input_batches(plan, batches):
             read: list[pa.Table] = []
             if plan.source == "kafka":
                 # Every record read, NULL values too: the manifest's ranges cover them (Engine.recover reads
@@ -474,7 +491,7 @@ def raw_lookup(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
     import pyarrow.compute as pc
 
     offsets = pa.array(sorted({o for _s, _p, o in plan.wanted}), pa.int64())
-    for batch in batches:
+    for batch in _input_batches(plan, batches):
         for records in READERS[plan.source](batch, plan):
             near = records.filter(pc.is_in(records["offset"], value_set=offsets))
             if near.num_rows == 0:

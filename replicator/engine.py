@@ -80,6 +80,15 @@ TYPED_ON_EXECUTORS = 10_000
 SPLIT_OPTIONS = frozenset({"minPartitions", "maxRecordsPerPartition"})
 
 
+def _kafka_reads(config: JobConfig) -> dict[str, Any]:
+    """What a decode task needs to read Kafka ranges itself (DecodePlan.kafka_client)."""
+    kafka = config.source.kafka
+    settings = kafka.direct_settings() if kafka is not None else None
+    if kafka is None or settings is None:
+        return {}
+    return {"kafka_client": tuple(sorted(settings.items())), "fail_on_data_loss": kafka.fail_on_data_loss}
+
+
 class Phases:
     """Wall time per phase of a batch (read+decode, fold, apply, ...), reported in the batch log."""
 
@@ -183,6 +192,12 @@ class Engine:
             from replicator.sources import kafka_batch_ranges
 
             planned = kafka_batch_ranges(self.state.checkpoint, batch_id)
+            if planned is not None and kafka.direct_settings() is not None:
+                from replicator.sources import kafka_range_frame
+
+                # The decode tasks read the planned ranges themselves (replicator.kafka_reader); the
+                # micro-batch's own DataFrame is never run.
+                return "kafka", kafka_range_frame(frame.sparkSession, planned)
         return batch_inputs(source.type, frame, planned)
 
     def process_records(
@@ -230,6 +245,7 @@ class Engine:
             spill=spill,
             buckets=_buckets(inputs.sparkSession),
             landing=_landing(self.config),
+            **_kafka_reads(self.config) if kind == "kafka" else {},
         )
         try:
             batch = DecodedBatch(inputs, plan)  # the previous batch may still be applied meanwhile

@@ -441,6 +441,22 @@ def kafka_inputs(frame: DataFrame, records: int | None = None, partitions: int |
     return selected.coalesce(tasks) if tasks < partitions else selected
 
 
+def kafka_range_frame(spark: SparkSession, ranges: dict[tuple[str, int], tuple[int, int]]) -> DataFrame:
+    """A Kafka batch's offset ranges (topic, partition) -> (start, end exclusive) as the decode tasks' input
+    when they read the records themselves (replicator.kafka_reader): a range larger than the batch's share
+    of a core is split (a one-partition topic still decodes on every core), small ones go together, one task
+    per :data:`KAFKA_RECORDS_PER_TASK` records at least."""
+    from replicator.kafka_reader import range_schema
+    from replicator.spark import local_frame
+
+    live = [(t, p, start, end) for (t, p), (start, end) in sorted(ranges.items()) if end > start]
+    total = sum(end - start for _t, _p, start, end in live)
+    piece = max(KAFKA_RECORDS_PER_TASK, -(-total // max(1, spark.sparkContext.defaultParallelism)))
+    pieces = [(t, p, a, min(a + piece, end)) for t, p, start, end in live for a in range(start, end, piece)]
+    tasks = max(1, min(len(pieces), -(-total // KAFKA_RECORDS_PER_TASK)))
+    return local_frame(spark, pieces, range_schema(), tasks)
+
+
 def kafka_stream(spark: SparkSession, config: JobConfig) -> DataFrame:
     """Needs Spark's Kafka connector on the classpath: ``spark-submit --packages
     org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>``."""
@@ -477,9 +493,13 @@ def pending_inputs(spark: SparkSession, config: JobConfig, source: str, inputs: 
         return listing_frame(
             spark, list(zip(inputs["source"].to_pylist(), inputs["partition"].to_pylist(), strict=True))
         )
-    if source == "kafka":  # needs Spark's Kafka connector, as the stream does
+    if source == "kafka":
         assert config.source.kafka is not None
-        options = kafka_range_options(config.source.kafka, inputs)
+        if config.source.kafka.direct_settings() is not None:
+            ranges = zip(inputs["source"].to_pylist(), inputs["partition"].to_pylist(),
+                         inputs["first"].to_pylist(), inputs["last"].to_pylist(), strict=True)  # fmt: skip
+            return kafka_range_frame(spark, {(t, p): (first, last + 1) for t, p, first, last in ranges})
+        options = kafka_range_options(config.source.kafka, inputs)  # Spark's Kafka connector
         return kafka_inputs(spark.read.format("kafka").options(**options).load())
     raise ValueError(f"a {source!r} batch is never noted as pending")
 

@@ -1,0 +1,290 @@
+"""Kafka offset ranges read by the decode tasks themselves (librdkafka, through confluent-kafka).
+
+Spark's Kafka source plans each micro-batch (the offset ranges, in its checkpoint) and still decides what a
+batch is; with ``source.kafka.reader: direct`` (``auto``: wherever the job's options allow it) the decode
+tasks read those ranges from the brokers themselves instead of receiving the records through Spark's JVM.
+Measured on the 5M catch-up (docs/performance.md, "Kafka catch-up"): Spark's source copied each record five
+times in the JVM (consumer, projections, the Arrow writer to the Python worker), +38 CPU-s over the files
+source; here a record is fetched by librdkafka and handed to Arrow once.
+
+The records are those Spark's source would have given: the same ranges (start inclusive, end exclusive),
+every record in them (NULL values too), read uncommitted unless ``kafka.isolation.level`` says otherwise
+(the Java consumer's default, which Spark keeps). Offsets the brokers no longer have (retention) fail the
+task with Spark's own data-loss wording (sources.data_loss_message), or, under ``fail_on_data_loss:
+false``, are skipped: the manifest's first offset read then shows the gap (``replicator status``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+# Kafka's Java client options (``kafka.``-prefixed in the job file, as Spark's source takes them) that mean
+# the same to librdkafka under the same name. A job with any other ``kafka.`` option (a JKS trust store, a
+# JAAS file, a callback class) is read through Spark's source, where the Java client understands it.
+SAME_NAME = frozenset(
+    {
+        "bootstrap.servers",
+        "security.protocol",
+        "sasl.mechanism",
+        "ssl.endpoint.identification.algorithm",
+        "client.id",
+        "isolation.level",
+        "fetch.max.bytes",
+        "max.partition.fetch.bytes",
+        "fetch.min.bytes",
+        "receive.buffer.bytes",
+        "send.buffer.bytes",
+        "request.timeout.ms",
+        "reconnect.backoff.ms",
+        "reconnect.backoff.max.ms",
+        "client.rack",
+        "sasl.kerberos.service.name",
+    }
+)
+# Options of Spark's source, or Java-client tuning with no librdkafka meaning for a read of known ranges.
+IGNORED = frozenset(
+    {
+        "max.poll.records",
+        "fetch.max.wait.ms",  # (below: ours)
+        "group.id",
+        "auto.offset.reset",
+        "enable.auto.commit",
+        "key.deserializer",
+        "value.deserializer",
+        "session.timeout.ms",
+        "heartbeat.interval.ms",
+        "default.api.timeout.ms",
+        "metadata.max.age.ms",
+    }
+)
+# A JAAS line for the PLAIN and SCRAM mechanisms: its user name and password are librdkafka's settings.
+_JAAS_MODULES = ("org.apache.kafka.common.security.plain.PlainLoginModule",
+                 "org.apache.kafka.common.security.scram.ScramLoginModule")  # fmt: skip
+# How long a range may go without a record before the task gives up (the brokers unreachable, or the
+# range's records gone in a way that no data-loss check saw): Spark's source waits as long per poll.
+STALL_SECONDS = 120.0
+FETCH = 10_000  # records per consume() call
+
+
+class RangeUnreadable(RuntimeError):
+    pass
+
+
+def unreadable_options(options: dict[str, str]) -> list[str]:
+    """The job's ``kafka.`` options that stop a direct read (client_settings gives None for them)."""
+    return [k for k in options if k.startswith("kafka.") and client_settings({k: options[k]}) is None]
+
+
+def client_settings(options: dict[str, str]) -> dict[str, str] | None:
+    """librdkafka's settings for the job's Kafka options (sources.kafka_options: ``kafka.``-prefixed), or
+    None when one of them has no librdkafka equivalent here (the job reads through Spark's source)."""
+    settings: dict[str, str] = {}
+    for name, value in options.items():
+        if not name.startswith("kafka."):
+            continue
+        key = name.removeprefix("kafka.")
+        if key in SAME_NAME:
+            settings[key] = value
+        elif key == "sasl.jaas.config":
+            credentials = _jaas(value)
+            if credentials is None:
+                return None
+            settings.update(credentials)
+        elif key == "ssl.truststore.location" and value.endswith((".pem", ".crt")):
+            settings["ssl.ca.location"] = value
+        elif key == "ssl.truststore.type" and value.upper() == "PEM":
+            continue
+        elif key not in IGNORED:
+            return None
+    settings.setdefault("isolation.level", "read_uncommitted")  # the Java client's default
+    settings["fetch.wait.max.ms"] = options.get("kafka.fetch.max.wait.ms", "10")
+    return settings
+
+
+def _jaas(line: str) -> dict[str, str] | None:
+    import shlex
+
+    words = shlex.split(line.strip().rstrip(";"))
+    if not words or words[0] not in _JAAS_MODULES:
+        return None
+    values = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+    if "username" not in values or "password" not in values:
+        return None
+    return {"sasl.username": values["username"], "sasl.password": values["password"]}
+
+
+def range_schema() -> pa.Schema:
+    """A decode task's input row when it reads Kafka itself: one offset range of one partition."""
+    return pa.schema(
+        [
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("start", pa.int64()),
+            ("end", pa.int64()),
+        ]
+    )
+
+
+def records_schema() -> pa.Schema:
+    """What Spark's Kafka source gives the decode tasks (the columns sources.kafka_inputs selects)."""
+    return pa.schema(
+        [
+            ("value", pa.binary()),
+            ("key", pa.binary()),
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+        ]
+    )
+
+
+def read_ranges(
+    settings: dict[str, str], ranges: pa.RecordBatch, fail_on_data_loss: bool, rows: int
+) -> Iterator[pa.RecordBatch]:
+    """The records of each range (range_schema rows), in offset order, ``rows`` at most per batch."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            **settings,
+            "group.id": "replicator-direct",  # no group membership: ranges are assigned, nothing committed
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+            "max.partition.fetch.bytes": settings.get("max.partition.fetch.bytes", str(8 * 2**20)),
+        }
+    )
+    try:
+        for topic, partition, start, end in zip(
+            *(ranges.column(n).to_pylist() for n in ("topic", "partition", "start", "end")), strict=True
+        ):
+            if end > start:
+                yield from _read(consumer, topic, partition, start, end, fail_on_data_loss, rows)
+    finally:
+        consumer.close()
+
+
+def _lost(topic: str, partition: int, start: int, end: int) -> RangeUnreadable:
+    # Spark's wording (KafkaDataConsumer), which sources.data_loss_message turns into the job's error line.
+    return RangeUnreadable(
+        f"Could not read records in offset [{start}, {end}) for topic partition {topic}-{partition}: the "
+        "brokers no longer have them (failOnDataLoss)"
+    )
+
+
+def _read(
+    consumer: Any, topic: str, partition: int, start: int, end: int, fail_on_data_loss: bool, rows: int
+) -> Iterator[pa.RecordBatch]:
+    from confluent_kafka import KafkaError, TopicPartition
+
+    gone = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
+    position = _first(consumer, topic, partition, start, end, fail_on_data_loss)
+    if position >= end:
+        return
+    consumer.assign([TopicPartition(topic, partition, position)])
+    values: list[Any] = []
+    keys: list[Any] = []
+    offsets: list[int] = []
+    last = position - 1
+    stalled = time.monotonic()
+    try:
+        while last < end - 1:
+            messages = consumer.consume(FETCH, 1.0)
+            if not messages:
+                if time.monotonic() - stalled > STALL_SECONDS:
+                    raise RangeUnreadable(
+                        f"no record of topic {topic!r} partition {partition} after offset {last} in "
+                        f"{STALL_SECONDS:.0f} s (its range in this batch: {start} to {end - 1})"
+                    )
+                continue
+            stalled = time.monotonic()
+            done = False
+            batch_values = [m.value() for m in messages]
+            if None in batch_values:  # a NULL value (a tombstone), or an event: the partition's end, an error
+                kept = []
+                for m in messages:
+                    error = m.error()
+                    if error is None:
+                        kept.append(m)
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        done = done or m.offset() >= end  # (the offsets left: transaction markers)
+                    elif error.code() in gone:  # deleted by retention while this task read them
+                        position = _first(consumer, topic, partition, last + 1, end, fail_on_data_loss)
+                        consumer.assign([TopicPartition(topic, partition, position)])
+                        done = done or position >= end
+                        break
+                    elif not error.retriable():
+                        raise RangeUnreadable(f"reading {topic}-{partition} at {last + 1}: {error.str()}")
+                messages = kept
+                batch_values = [m.value() for m in messages]
+            batch_offsets = [m.offset() for m in messages]
+            # Records past the range's end (produced after Spark planned it) are the next batch's.
+            cut = len(batch_offsets)
+            while cut and batch_offsets[cut - 1] >= end:
+                cut -= 1
+            if cut < len(batch_offsets):
+                done = True
+                messages, batch_values, batch_offsets = (
+                    messages[:cut],
+                    batch_values[:cut],
+                    batch_offsets[:cut],
+                )
+            if batch_offsets:
+                values += batch_values
+                keys += [m.key() for m in messages]
+                offsets += batch_offsets
+                last = batch_offsets[-1]
+            while len(offsets) >= rows:
+                yield _batch(values[:rows], keys[:rows], topic, partition, offsets[:rows])
+                del values[:rows], keys[:rows], offsets[:rows]
+            if done:
+                break
+        if offsets:
+            yield _batch(values, keys, topic, partition, offsets)
+    finally:
+        consumer.unassign()
+
+
+def _first(consumer: Any, topic: str, partition: int, start: int, end: int, fail_on_data_loss: bool) -> int:
+    """Where to start reading: ``start``, unless the brokers no longer have it (deleted by retention): then
+    the task fails (Spark's data-loss error), or with ``fail_on_data_loss: false`` reads from the oldest
+    offset they have (the manifest's first offset read shows the gap)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    try:  # (librdkafka retries within the timeout: a broker restarting meanwhile is waited for)
+        low, _high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=STALL_SECONDS)
+    except KafkaException as exc:
+        raise RangeUnreadable(
+            f"the brokers did not give the offsets of topic {topic!r} partition {partition} within "
+            f"{STALL_SECONDS:.0f} s: {exc.args[0].str() if exc.args else exc}"
+        ) from None
+    if start >= low:
+        return start
+    if fail_on_data_loss:
+        raise _lost(topic, partition, start, end)
+    return low
+
+
+def _batch(
+    values: list[Any], keys: list[Any], topic: str, partition: int, offsets: list[int]
+) -> pa.RecordBatch:
+    import numpy as np
+
+    n = len(offsets)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(values, pa.binary()),
+            pa.array(keys, pa.binary()),
+            pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([topic])).cast(
+                pa.string()
+            ),
+            pa.array(np.full(n, partition, np.int32)),
+            pa.array(offsets, pa.int64()),
+        ],
+        schema=records_schema(),
+    )
