@@ -213,7 +213,7 @@ def _read(
                     )
                 continue
             stalled = time.monotonic()
-            done = False
+            done = reset = False
             batch_values = list(map(value_of, messages))
             if None in batch_values:  # a NULL value (a tombstone), or an event: the partition's end, an error
                 kept = []
@@ -224,15 +224,18 @@ def _read(
                     elif error.code() == KafkaError._PARTITION_EOF:
                         done = done or m.offset() >= end  # (the offsets left: transaction markers)
                     elif error.code() in gone:  # deleted by retention while this task read them
-                        position = _first(consumer, topic, partition, last + 1, end, fail_on_data_loss)
-                        consumer.assign([TopicPartition(topic, partition, position)])
-                        done = done or position >= end
+                        reset = True
                         break
                     elif not error.retriable():
                         raise RangeUnreadable(f"reading {topic}-{partition} at {last + 1}: {error.str()}")
                 messages = kept
                 batch_values = list(map(value_of, messages))
             batch_offsets = list(map(offset_of, messages))
+            if batch_offsets and batch_offsets[0] <= last:  # read again after a reset: each record once
+                fresh = [i for i, o in enumerate(batch_offsets) if o > last]
+                messages = [messages[i] for i in fresh]
+                batch_values = [batch_values[i] for i in fresh]
+                batch_offsets = [batch_offsets[i] for i in fresh]
             # Records past the range's end (produced after Spark planned it) are the next batch's.
             cut = len(batch_offsets)
             while cut and batch_offsets[cut - 1] >= end:
@@ -249,6 +252,10 @@ def _read(
                 keys += map(key_of, messages)
                 offsets += batch_offsets
                 last = batch_offsets[-1]
+            if reset and not done:  # from the oldest offset the brokers still have after the last one read
+                position = _first(consumer, topic, partition, last + 1, end, fail_on_data_loss)
+                consumer.assign([TopicPartition(topic, partition, position)])
+                done = position >= end
             while len(offsets) >= rows:
                 yield _batch(values[:rows], keys[:rows], topic, partition, offsets[:rows])
                 del values[:rows], keys[:rows], offsets[:rows]
