@@ -17,7 +17,7 @@ false``, are skipped: the manifest's first offset read then shows the gap (``rep
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -191,7 +191,8 @@ def _read(
     from confluent_kafka import KafkaError, Message, TopicPartition
 
     # Unbound methods mapped over a poll's messages: no attribute lookup per record.
-    value_of, key_of, offset_of = Message.value, Message.key, Message.offset
+    value_of, key_of = Message.value, Message.key
+    offset_of: Callable[[Any], int] = Message.offset  # type: ignore[assignment]  # (a record's: never None)
     gone = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
     position = _first(consumer, topic, partition, start, end, fail_on_data_loss)
     if position >= end:

@@ -36,6 +36,7 @@ STAGE_OF = {
             "spark",
             "cluster",
             "broker",
+            "kafka_reader",
             "e2e",
             "jars",
             "errors",
