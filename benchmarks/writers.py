@@ -62,7 +62,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 import steady_state  # noqa: E402
-from workload import batch_lines, write_files  # noqa: E402
+from workload import batch_lines, mirror_command, write_files  # noqa: E402
 
 CASES = ("catchup", "onebatch", "hot", "uniform")
 WRITERS: dict[str, dict[str, Any]] = {
@@ -334,15 +334,7 @@ def one(
         **(delta_spark_conf if WRITERS[writer]["writer"] == "delta-spark" else {}),
     }
     job = write_job(run, WRITERS[writer], data / case / "landing", per_trigger, conf or None)
-    command = [
-        sys.executable,
-        "-m",
-        "replicator.commands.cli",
-        "mirror",
-        "--config",
-        str(job),
-        "--available-now",
-    ]
+    command = mirror_command(job)
     env = child_env(master[0] if master else None, master[1] if master else None)
     wall, code, watch = run_command(command, run, env, master[2] if master else [], timeout)
     log = (run / "stderr.log").read_text(errors="replace")

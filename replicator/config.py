@@ -60,6 +60,10 @@ class KafkaOptions(_Model):
     def _one_subscription(self) -> KafkaOptions:
         if bool(self.topics) == bool(self.topic_pattern):
             raise ValueError("set exactly one of 'topics' or 'topic_pattern'")
+        return self
+
+    @model_validator(mode="after")
+    def _readable_directly(self) -> KafkaOptions:
         if self.reader == "direct" and self.direct_settings() is None:
             from replicator.kafka_reader import unreadable_options
 

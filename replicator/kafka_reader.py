@@ -18,9 +18,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# The consumers' fetch.max.wait.ms, Spark's (sources.kafka_options) and the decode tasks' own: at the head
+# of the log the broker holds a fetch until new records come or this long passes (Kafka's 500 ms made every
+# partition read of a streaming batch wait: docs/performance.md). Reads of records that are there never wait.
+FETCH_MAX_WAIT_MS = "10"
 
 # Kafka's Java client options (``kafka.``-prefixed in the job file, as Spark's source takes them) that mean
 # the same to librdkafka under the same name. A job with any other ``kafka.`` option (a JKS trust store, a
@@ -102,7 +108,7 @@ def client_settings(options: dict[str, str]) -> dict[str, str] | None:
         elif key not in IGNORED:
             return None
     settings.setdefault("isolation.level", "read_uncommitted")  # the Java client's default
-    settings["fetch.wait.max.ms"] = options.get("kafka.fetch.max.wait.ms", "10")
+    settings["fetch.wait.max.ms"] = options.get("kafka.fetch.max.wait.ms", FETCH_MAX_WAIT_MS)
     return settings
 
 
@@ -120,6 +126,8 @@ def _jaas(line: str) -> dict[str, str] | None:
 
 def range_schema() -> pa.Schema:
     """A decode task's input row when it reads Kafka itself: one offset range of one partition."""
+    import pyarrow as pa
+
     return pa.schema(
         [
             ("topic", pa.string()),
@@ -132,6 +140,8 @@ def range_schema() -> pa.Schema:
 
 def records_schema() -> pa.Schema:
     """What Spark's Kafka source gives the decode tasks (the columns sources.kafka_inputs selects)."""
+    import pyarrow as pa
+
     return pa.schema(
         [
             ("value", pa.binary()),
@@ -231,23 +241,15 @@ def _read(
                         raise RangeUnreadable(f"reading {topic}-{partition} at {last + 1}: {error.str()}")
                 messages = kept
                 batch_values = list(map(value_of, messages))
-            batch_offsets = list(map(offset_of, messages))
-            if batch_offsets and batch_offsets[0] <= last:  # read again after a reset: each record once
-                fresh = [i for i, o in enumerate(batch_offsets) if o > last]
-                messages = [messages[i] for i in fresh]
-                batch_values = [batch_values[i] for i in fresh]
-                batch_offsets = [batch_offsets[i] for i in fresh]
-            # Records past the range's end (produced after Spark planned it) are the next batch's.
-            cut = len(batch_offsets)
-            while cut and batch_offsets[cut - 1] >= end:
-                cut -= 1
-            if cut < len(batch_offsets):
-                done = True
-                messages, batch_values, batch_offsets = (
-                    messages[:cut],
-                    batch_values[:cut],
-                    batch_offsets[:cut],
-                )
+            batch_offsets = list(map(offset_of, messages))  # (increasing within a poll)
+            if batch_offsets and (batch_offsets[0] <= last or batch_offsets[-1] >= end):
+                # Left out: records read again after a reset (each record once), and records past the
+                # range's end, produced after Spark planned it (the next batch's).
+                done = done or batch_offsets[-1] >= end
+                inside = [i for i, o in enumerate(batch_offsets) if last < o < end]
+                messages = [messages[i] for i in inside]
+                batch_values = [batch_values[i] for i in inside]
+                batch_offsets = [batch_offsets[i] for i in inside]
             if batch_offsets:
                 values += batch_values
                 keys += map(key_of, messages)
@@ -292,6 +294,7 @@ def _batch(
     values: list[Any], keys: list[Any], topic: str, partition: int, offsets: list[int]
 ) -> pa.RecordBatch:
     import numpy as np
+    import pyarrow as pa
 
     n = len(offsets)
     return pa.RecordBatch.from_arrays(

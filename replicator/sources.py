@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from replicator.kafka_reader import FETCH_MAX_WAIT_MS
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -378,13 +380,11 @@ def file_list(files: list[Path]) -> list[tuple[str, int]]:
 # ---- kafka -------------------------------------------------------------------------------------------------
 
 
-# The executors' Kafka consumers' fetch.max.wait.ms (Kafka's default: 500). Spark's connector reads a
-# partition's range, then asks the broker for the partition's earliest and latest offsets on the same
-# connection, where the consumer's own read-ahead fetch waits first: at the head of the log (a streaming
-# batch's range ends there) the broker holds that fetch until new records come or this long passes. With
-# Kafka's 500 ms every partition read paid up to 500 ms: measured, one task reading the newest 250 records
-# of 4 partitions took a median 2,464 ms, 484 ms with 10 ms. Reads of records that are there never wait.
-FETCH_MAX_WAIT_MS = "10"
+# The executors' Kafka consumers' fetch.max.wait.ms is kafka_reader.FETCH_MAX_WAIT_MS (Kafka's default:
+# 500). Spark's connector reads a partition's range, then asks the broker for the partition's earliest and
+# latest offsets on the same connection, where the consumer's own read-ahead fetch waits first: with 500 ms
+# every partition read at the head of the log paid up to 500 ms: measured, one task reading the newest 250
+# records of 4 partitions took a median 2,464 ms, 484 ms with 10 ms.
 # Consumer settings of ours that the admin client (kafka_latest_offsets) does not take.
 _CONSUMER_ONLY = ("kafka.fetch.max.wait.ms", "kafka.max.poll.records")
 
@@ -396,7 +396,7 @@ def kafka_options(options: KafkaOptions) -> dict[str, str]:
         "startingOffsets": options.starting_offsets,
         "failOnDataLoss": str(options.fail_on_data_loss).lower(),
         "includeHeaders": "false",
-        "kafka.fetch.max.wait.ms": FETCH_MAX_WAIT_MS,
+        "kafka.fetch.max.wait.ms": FETCH_MAX_WAIT_MS,  # kafka_reader's
     }
     if options.topics:
         built["subscribe"] = ",".join(options.topics)

@@ -110,7 +110,7 @@ def test_kafka_options_are_built_from_the_job_file(tmp_path):
         "maxOffsetsPerTrigger": "5000",
         "kafka.max.poll.records": "2000",
         "kafka.security.protocol": "SSL",
-        "kafka.fetch.max.wait.ms": "10",  # (sources.FETCH_MAX_WAIT_MS)
+        "kafka.fetch.max.wait.ms": "10",  # (kafka_reader.FETCH_MAX_WAIT_MS)
     }
     # the job file's own consumer settings win
     waits = load_config(write(tmp_path, text.replace("SSL}", "SSL, kafka.fetch.max.wait.ms: '200'}")))
