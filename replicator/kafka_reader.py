@@ -299,8 +299,8 @@ def _batch(
     n = len(offsets)
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(values, pa.binary()),
-            pa.array(keys, pa.binary()),
+            _binary(values),
+            _binary(keys),
             pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([topic])).cast(
                 pa.string()
             ),
@@ -308,4 +308,24 @@ def _batch(
             pa.array(offsets, pa.int64()),
         ],
         schema=records_schema(),
+    )
+
+
+def _binary(items: list[Any]) -> pa.Array:
+    """Python bytes as an Arrow binary array: joined into one buffer with their offsets beside, 0.12 µs a
+    record against 0.7 for ``pa.array`` (which checks each object's type; 800-byte records, measured). A
+    list holding a None (a NULL key or value) or over 2 GiB in all (int32 offsets) takes ``pa.array``."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(items)
+    if None in items:  # all of them: records without a key (canal's, by default), 0.13 µs a record as a list
+        return pa.nulls(n, pa.binary()) if items.count(None) == n else pa.array(items, pa.binary())
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, items), np.int64, n), out=offsets[1:])
+    if offsets[-1] > 2**31 - 1:
+        return pa.array(items, pa.binary())
+    data = b"".join(items)
+    return pa.BinaryArray.from_buffers(
+        pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
     )

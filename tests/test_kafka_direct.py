@@ -9,9 +9,13 @@ from __future__ import annotations
 import itertools
 import json
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
+from hypothesis import given
+from hypothesis import strategies as st
 
+from replicator import kafka_reader
 from tests.helpers import canal, job, order
 from tests.kafka_helpers import kafka_source, run_job
 from tests.test_kafka import mirrored_ids, state_rows
@@ -132,3 +136,13 @@ def test_which_job_options_a_direct_read_takes():
     assert KafkaOptions(bootstrap_servers="b", topics=["t"], options=jks).direct_settings() is None
     with pytest.raises(ValidationError, match=r"ssl\.truststore\.location"):
         KafkaOptions(bootstrap_servers="b", topics=["t"], options=jks, reader="direct")
+
+
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=64)), max_size=50))
+def test_records_bytes_become_the_binary_column_they_were(items):
+    """The reader's record values and keys as Arrow (one joined buffer, or pa.array where one is NULL):
+    every byte and every NULL as the consumer gave them."""
+    column = kafka_reader._binary(items)
+    column.validate(full=True)
+    assert column.type == pa.binary()
+    assert column.to_pylist() == items
