@@ -74,6 +74,13 @@ _JAAS_MODULES = ("org.apache.kafka.common.security.plain.PlainLoginModule",
 # range's records gone in a way that no data-loss check saw): Spark's source waits as long per poll.
 STALL_SECONDS = 120.0
 FETCH = 10_000  # records per consume() call
+# librdkafka's fetch-ahead queue per partition. Its default, up to 100,000 records or 64 MB, is past a
+# range's end the next batch's data, fetched and parsed for nothing (1M records in ranges of half a
+# partition: 3.0-3.4 -> 2.3-2.7 CPU-s with 4 MB). A queue smaller than a consume() call's records made
+# every call wait for a fetch: 16 MB holds ~20,000 of the benchmark's 800-byte records (a decode task of
+# 62,500 records, one core: 1.02-1.06 -> 0.95-1.00 s; the broker ~0.2 µs a record less, fewer fetches).
+QUEUED_MESSAGES = FETCH
+QUEUED_KBYTES = 16_384
 WAIT = 0.05  # seconds a consume() call waits for FETCH records before it returns fewer
 
 
@@ -168,12 +175,10 @@ def read_ranges(
             "enable.partition.eof": True,
             "auto.offset.reset": "error",
             "max.partition.fetch.bytes": settings.get("max.partition.fetch.bytes", str(8 * 2**20)),
-            # librdkafka fetches ahead of the application, by default up to 100,000 records or 64 MB per
-            # partition: past a range's end that is the next batch's data, fetched and parsed for nothing
-            # (measured: 1M records in ranges of half a partition, 3.0-3.4 -> 2.3-2.7 CPU-s). A small
-            # queue, refilled without the default 1 s pause once it is full.
-            "queued.min.messages": 5000,
-            "queued.max.messages.kbytes": 4096,
+            # librdkafka fetches ahead of the application (QUEUED_KBYTES), refilled without the default
+            # 1 s pause once the queue is full.
+            "queued.min.messages": QUEUED_MESSAGES,
+            "queued.max.messages.kbytes": QUEUED_KBYTES,
             "fetch.queue.backoff.ms": 5,
         }
     )
