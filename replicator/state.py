@@ -98,6 +98,8 @@ TABLE_SCHEMA = pa.schema(
         # after its apply: a mirror whose log holds an older one lost commits (commands.preflight).
         ("last_batch", pa.int64()),
         ("last_app", pa.string()),
+        # The newest DDL that dropped or renamed columns of the mirror (TableState.schema_seq).
+        ("schema_seq", pa.string()),
     ]
 )
 
@@ -127,6 +129,11 @@ class TableState:
     seq_system: str | None = None
     last_batch: int | None = None
     last_app: str | None = None
+    # The truncate point (in the table's DML system) of the newest DDL that dropped or renamed columns of the
+    # mirror: a row at or before it adds no column. The columns it holds that the mirror lacks were gone by
+    # then (a snapshot row delivered after the DROP COLUMN it preceded, from another topic, must not bring
+    # the dropped column back).
+    schema_seq: str | None = None
 
     @property
     def id(self) -> TableId:

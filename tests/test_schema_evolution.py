@@ -417,3 +417,44 @@ def test_renames_of_unrelated_tables_in_one_batch(spark, tmp_path):
         assert not (lake / n).exists()
         assert [x["id"] for x in rows(runner, f"{n}_new")] == [1, 2, 3], n
         assert states[n].dropped and not states[f"{n}_new"].dropped
+
+
+def test_rows_older_than_a_drop_column_delivered_after_it_do_not_bring_it_back(spark, tmp_path):
+    """DDL and DML on different topics (Debezium: the schema-change topic and a topic per table) reach
+    the mirror in different batches: here the DROP COLUMN is applied in one batch and snapshot rows that
+    preceded it, still carrying the column, come in the next. They add no column (it was gone by then);
+    their other values are applied; a newer row's new column is still added."""
+    runner = Runner(spark, job(tmp_path, schema_evolution="evolve"))
+    drop_es = ES + 1_000_000
+    runner.messages(
+        tmp_path,
+        [
+            canal("INSERT", [r(1, "a"), r(2, "b")], es=drop_es - 100, table="late", types=T),
+            ddl("ALTER", "ALTER TABLE late DROP COLUMN name", es=drop_es, table="late"),
+        ],
+    )
+    assert columns(runner, "late") == ["id", "amount"]
+    state = registry(runner)["late"]
+    assert state.schema_seq is not None
+    no_name = {"id": "int(11)", "amount": "decimal(10,2)"}
+    runner.messages(
+        tmp_path,
+        [
+            canal("INSERT", [r(3, "c", "3.00")], es=drop_es - 50, table="late", types=T),  # before the drop
+            canal("UPDATE", [{"id": "1", "amount": "7.00"}], es=drop_es + 50, table="late", types=no_name),
+            canal(
+                "INSERT",
+                [{"id": "4", "amount": "4.00", "color": "red"}],
+                es=drop_es + 60,
+                table="late",
+                types={**no_name, "color": "varchar(8)"},
+            ),
+        ],
+    )
+    assert columns(runner, "late") == ["id", "amount", "color"]
+    assert [(x["id"], x["amount"], x["color"]) for x in rows(runner, "late")] == [
+        (1, Decimal("7.00"), None),
+        (2, Decimal("1.00"), None),
+        (3, Decimal("3.00"), None),
+        (4, Decimal("4.00"), "red"),
+    ]

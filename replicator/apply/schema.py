@@ -97,6 +97,11 @@ class Context:
     def set_state(self, **changes: Any) -> None:
         self.applier.table_state = replace(self.applier.table_state, **changes)
 
+    def columns_removed(self) -> None:
+        """The mirror lost columns here (dropped or renamed): rows up to this point add none back."""
+        if self.horizon > (self.applier.table_state.schema_seq or ""):
+            self.set_state(schema_seq=self.horizon)
+
 
 # ---- mirror helpers ----------------------------------------------------------------------------------------
 
@@ -240,6 +245,7 @@ def reconcile(ctx: Context, columns: tuple[ddl.Column, ...], key: tuple[str, ...
         extra = [n for n in data_fields(ctx.applier.mirror.schema()) if n not in declared]
         if extra:
             rewrite(ctx, lambda data: data.drop_columns(extra))
+            ctx.columns_removed()
     if key:
         set_key(ctx, key)
 
@@ -400,6 +406,7 @@ def _(change: ddl.DropColumn, ctx: Context) -> None:
                 f"column {change.name!r} is part of the mirror's key; it cannot be dropped"
             )
         rewrite(ctx, lambda data: data.drop_columns([change.name]))
+        ctx.columns_removed()
 
 
 @apply_change.register
@@ -418,6 +425,7 @@ def _(change: ddl.RenameColumn, ctx: Context) -> None:
         return data.rename_columns([change.new if n == change.old else n for n in data.column_names])
 
     rewrite(ctx, rename)
+    ctx.columns_removed()
     key = ctx.applier.table_state.primary_key
     if change.old in key:
         ctx.set_state(primary_key=tuple(change.new if k == change.old else k for k in key))

@@ -630,7 +630,12 @@ class TableApplier:
         self.result.dead.extend(dead)
         if part.num_rows == 0:  # documents that nothing changed (resolve_documents)
             return None
-        keys = pc.unique(images(part).combine_chunks().keys).to_pylist() if part.num_rows else []
+        carried = images(part)
+        if self.table_state.schema_seq and part.num_rows:
+            # Rows at or before the newest DDL that dropped or renamed columns add none: what they hold
+            # beyond the mirror's columns was dropped by then (their other values are applied as usual).
+            carried = carried.filter(pc.greater(part["seq_text"], pa.scalar(self.table_state.schema_seq)))
+        keys = pc.unique(carried.combine_chunks().keys).to_pylist() if len(carried) else []
         if self._documents:  # (a segment of deletes alone must not create a mirror without them)
             keys += [f.name for f in DOCUMENT_FIELDS if f.name not in keys]
         if TYPED in part.column_names:  # typed by the fold tasks; the images' other columns are in REST
