@@ -100,6 +100,8 @@ TABLE_SCHEMA = pa.schema(
         ("last_app", pa.string()),
         # The newest DDL that dropped or renamed columns of the mirror (TableState.schema_seq).
         ("schema_seq", pa.string()),
+        # ADD COLUMN defaults the rows older than their DDL took (TableState.fills).
+        ("fills", pa.string()),
     ]
 )
 
@@ -134,6 +136,9 @@ class TableState:
     # then (a snapshot row delivered after the DROP COLUMN it preceded, from another topic, must not bring
     # the dropped column back).
     schema_seq: str | None = None
+    # The ADD COLUMN defaults given to the rows older than their DDL (apply.table.Fill, JSON: fill_text):
+    # a row older than one that arrives after it (a later batch, another topic) takes the default too.
+    fills: str | None = None
 
     @property
     def id(self) -> TableId:

@@ -9,6 +9,7 @@ evolve, ``shop.ig_*`` ignore) runs two micro-batches that hold all cases; the te
 from __future__ import annotations
 
 import itertools
+import json
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -458,3 +459,31 @@ def test_rows_older_than_a_drop_column_delivered_after_it_do_not_bring_it_back(s
         (3, Decimal("3.00"), None),
         (4, Decimal("4.00"), "red"),
     ]
+
+
+@pytest.mark.parametrize("policy", ["lenient", "evolve"])
+def test_rows_older_than_an_add_column_default_delivered_after_it_take_the_default(spark, tmp_path, policy):
+    """The rows a source table holds at an ADD COLUMN .. DEFAULT take the default without a row event, so
+    a row older than the DDL that reaches the mirror only in a later batch (another topic) takes it too,
+    whatever it carried; rows newer than the DDL keep their own values."""
+    runner = Runner(spark, job(tmp_path, schema_evolution=policy))
+    add_es = ES + 2_000_000
+    with_note = {**T, "note": "varchar(10)"}
+    runner.messages(
+        tmp_path,
+        [
+            canal("INSERT", [r(1)], es=add_es - 100, table="dflt", types=T),
+            ddl("ALTER", "ALTER TABLE dflt ADD COLUMN note varchar(10) DEFAULT 'd'", es=add_es, table="dflt"),
+        ],
+    )
+    runner.messages(
+        tmp_path,
+        [
+            canal("INSERT", [r(2)], es=add_es - 50, table="dflt", types=T),  # before the ALTER, late
+            canal("INSERT", [r(3, note="n3")], es=add_es + 50, table="dflt", types=with_note),
+            canal("INSERT", [r(4, note=None)], es=add_es + 60, table="dflt", types=with_note),
+        ],
+    )
+    assert [(x["id"], x["note"]) for x in rows(runner, "dflt")] == [(1, "d"), (2, "d"), (3, "n3"), (4, None)]
+    # recorded once however often the batch is applied
+    assert len(json.loads(registry(runner)["dflt"].fills)) == 1

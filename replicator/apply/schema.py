@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from replicator import ddl, defaults, paths
 from replicator.apply.barriers import resolve_ref
-from replicator.apply.table import CDC_FIELDS, HORIZON, DeadRow, Fill, is_untyped
+from replicator.apply.table import CDC_FIELDS, HORIZON, DeadRow, Fill, fill_text, is_untyped
 from replicator.config import JobConfig, SchemaPolicy
 from replicator.errors import SchemaChangeFailed
 from replicator.logging import get_logger
@@ -355,7 +355,9 @@ def flush_defaults(ctx: Context) -> None:
     values = pa.table({n: value for n, (value, _note) in pending.items()})
     match = _shard(ctx)
     rows = ctx.applier.mirror.fill(values, CDC_SEQ, ctx.horizon, match)
-    ctx.applier.result.fills.append(Fill(values, ctx.horizon, match))
+    fill = Fill(values, ctx.horizon, match)
+    ctx.applier.result.fills.append(fill)
+    ctx.set_state(fills=fill_text(ctx.applier.table_state.fills, fill))
     for _value, note in pending.values():
         ctx.applier.result.defaults.append({**note, "rows_filled": rows})
     log.info(

@@ -114,6 +114,39 @@ class Fill:
     match: dict[str, str] | None = None
 
 
+def fill_text(recorded: str | None, fill: Fill) -> str:
+    """A table's recorded fills (TableState.fills) with ``fill``, which replaces one of the same DDL (a
+    batch applied again records it again)."""
+    import base64
+    import json
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, fill.values.schema) as writer:
+        writer.write_table(fill.values)
+    entry = {
+        "before": fill.before,
+        "match": fill.match,
+        "values": base64.b64encode(sink.getvalue().to_pybytes()).decode(),
+    }
+    same = (fill.before, fill.match, sorted(fill.values.column_names))
+    kept = [e for e in json.loads(recorded or "[]") if _fill_of(e)[1:] != same]
+    return json.dumps([*kept, entry])
+
+
+def recorded_fills(recorded: str | None) -> list[Fill]:
+    import json
+
+    return [_fill_of(e)[0] for e in json.loads(recorded or "[]")] if recorded else []
+
+
+def _fill_of(entry: dict[str, Any]) -> tuple[Fill, str, dict[str, str] | None, list[str]]:
+    import base64
+
+    values = pa.ipc.open_stream(base64.b64decode(entry["values"])).read_all()
+    fill = Fill(values, entry["before"], entry["match"])
+    return fill, fill.before, fill.match, sorted(values.column_names)
+
+
 @dataclass
 class TableResult:
     table: TableId
@@ -290,6 +323,33 @@ class TableApplier:
             keep = pa.array([i not in bad for i in range(rows.num_rows)])
             table = table.filter(keep)
         return table, dead
+
+    def older_defaults(self, typed: pa.Table) -> pa.Table:
+        """Rows older than an ADD COLUMN with a default, arriving after it was applied (a later batch:
+        Debezium's schema changes and rows travel on different topics), take the default, as the rows the
+        mirror held at the DDL did (apply.schema.fill_default) and as the source's rows did at the ALTER,
+        whatever they carried. Newer rows keep their own values."""
+        if not self.table_state.fills or typed.num_rows == 0:
+            return typed
+        for fill in recorded_fills(self.table_state.fills):
+            older = pc.less(typed[CDC_SEQ], pa.scalar(fill.before))
+            for name, text in (fill.match or {}).items():
+                if name in typed.column_names:
+                    older = pc.and_(older, pc.equal(typed[name], pa.scalar(text)))
+            older = pc.fill_null(older, False)
+            if not pc.any(older).as_py():
+                continue
+            for name in fill.values.column_names:
+                if name not in typed.column_names:  # (dropped since)
+                    continue
+                at = typed.column_names.index(name)
+                target = typed.schema.field(at)
+                try:  # (retyped since: the default in the column's type now, or left as it is)
+                    value = fill.values[name].cast(target.type)[0]
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    continue
+                typed = typed.set_column(at, target, pc.if_else(older, value, typed[name]))
+        return typed
 
     def _dead(self, rows: pa.Table, index: int, message: str) -> DeadRow:
         coords = rows["coordinates"][index].as_py()
@@ -643,6 +703,7 @@ class TableApplier:
         self.ensure_table(keys, part)
         typed, dead = self.typed(part)
         self.result.dead.extend(dead)
+        typed = self.older_defaults(typed)
         typed = self.guard(typed)
         return typed if typed.num_rows else None
 
