@@ -102,6 +102,8 @@ TABLE_SCHEMA = pa.schema(
         ("schema_seq", pa.string()),
         # ADD COLUMN defaults the rows older than their DDL took (TableState.fills).
         ("fills", pa.string()),
+        # Columns renamed by a DDL (TableState.renames).
+        ("renames", pa.string()),
     ]
 )
 
@@ -139,6 +141,9 @@ class TableState:
     # The ADD COLUMN defaults given to the rows older than their DDL (apply.table.Fill, JSON: fill_text):
     # a row older than one that arrives after it (a later batch, another topic) takes the default too.
     fills: str | None = None
+    # The columns renamed under ``evolve`` (JSON: [{"old", "new", "before"}], apply.table.renamed_text): a
+    # row older than a rename that arrives after it gives its old column's value to the new name.
+    renames: str | None = None
 
     @property
     def id(self) -> TableId:

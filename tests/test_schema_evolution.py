@@ -487,3 +487,33 @@ def test_rows_older_than_an_add_column_default_delivered_after_it_take_the_defau
     assert [(x["id"], x["note"]) for x in rows(runner, "dflt")] == [(1, "d"), (2, "d"), (3, "n3"), (4, None)]
     # recorded once however often the batch is applied
     assert len(json.loads(registry(runner)["dflt"].fills)) == 1
+
+
+def test_rows_older_than_a_rename_column_delivered_after_it_fill_the_new_name(spark, tmp_path):
+    """A row older than a RENAME COLUMN that arrives after it (a later batch, another topic) carries its
+    value under the old name: the mirror keeps it under the new one, and the old name does not come back."""
+    runner = Runner(spark, job(tmp_path, schema_evolution="evolve"))
+    rename_es = ES + 3_000_000
+    titled = {"id": "int(11)", "title": "varchar(64)", "amount": "decimal(10,2)"}
+    runner.messages(
+        tmp_path,
+        [
+            canal("INSERT", [r(1, "a")], es=rename_es - 100, table="ren", types=T),
+            ddl("ALTER", "ALTER TABLE ren RENAME COLUMN name TO title", es=rename_es, table="ren"),
+        ],
+    )
+    runner.messages(
+        tmp_path,
+        [
+            canal("INSERT", [r(2, "b")], es=rename_es - 50, table="ren", types=T),  # before it, late
+            canal(
+                "INSERT",
+                [{"id": "3", "title": "c", "amount": "1.00"}],
+                es=rename_es + 50,
+                table="ren",
+                types=titled,
+            ),
+        ],
+    )
+    assert columns(runner, "ren") == ["id", "title", "amount"]
+    assert [(x["id"], x["title"]) for x in rows(runner, "ren")] == [(1, "a"), (2, "b"), (3, "c")]

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from replicator import ddl, defaults, paths
 from replicator.apply.barriers import resolve_ref
-from replicator.apply.table import CDC_FIELDS, HORIZON, DeadRow, Fill, fill_text, is_untyped
+from replicator.apply.table import CDC_FIELDS, HORIZON, DeadRow, Fill, fill_text, is_untyped, renamed_text
 from replicator.config import JobConfig, SchemaPolicy
 from replicator.errors import SchemaChangeFailed
 from replicator.logging import get_logger
@@ -428,6 +428,8 @@ def _(change: ddl.RenameColumn, ctx: Context) -> None:
 
     rewrite(ctx, rename)
     ctx.columns_removed()
+    state = ctx.applier.table_state
+    ctx.set_state(renames=renamed_text(state.renames, change.old, change.new, ctx.horizon))
     key = ctx.applier.table_state.primary_key
     if change.old in key:
         ctx.set_state(primary_key=tuple(change.new if k == change.old else k for k in key))

@@ -114,6 +114,12 @@ class Fill:
     match: dict[str, str] | None = None
 
 
+def _renamed_key(images: pa.MapArray, old: str, new: str) -> pa.MapArray:
+    """Images with the key ``old`` named ``new`` (for a later rename of the same column)."""
+    keys = pc.if_else(pc.equal(images.keys, old), pa.scalar(new), images.keys)
+    return pa.MapArray.from_arrays(images.offsets, keys, images.items, mask=pc.is_null(images))
+
+
 def fill_text(recorded: str | None, fill: Fill) -> str:
     """A table's recorded fills (TableState.fills) with ``fill``, which replaces one of the same DDL (a
     batch applied again records it again)."""
@@ -145,6 +151,15 @@ def _fill_of(entry: dict[str, Any]) -> tuple[Fill, str, dict[str, str] | None, l
     values = pa.ipc.open_stream(base64.b64decode(entry["values"])).read_all()
     fill = Fill(values, entry["before"], entry["match"])
     return fill, fill.before, fill.match, sorted(values.column_names)
+
+
+def renamed_text(recorded: str | None, old: str, new: str, before: str) -> str:
+    """A table's recorded column renames (TableState.renames) with this one (once, however often its
+    batch is applied)."""
+    import json
+
+    entry = {"old": old, "new": new, "before": before}
+    return json.dumps([*(e for e in json.loads(recorded or "[]") if e != entry), entry])
 
 
 @dataclass
@@ -323,6 +338,37 @@ class TableApplier:
             keep = pa.array([i not in bad for i in range(rows.num_rows)])
             table = table.filter(keep)
         return table, dead
+
+    def older_names(self, typed: pa.Table, part: pa.Table) -> pa.Table:
+        """Rows older than a column rename, arriving after it was applied (a later batch, another topic),
+        carry the value under the old name: it is the renamed column's (the mirror's rows took it at the
+        rename). Renames in DDL order, so a column renamed twice ends under its last name."""
+        import json
+
+        if not self.table_state.renames or typed.num_rows == 0:
+            return typed
+        carried = images(part).combine_chunks()
+        for rename in json.loads(self.table_state.renames):
+            new = rename["new"]
+            if new not in typed.column_names:
+                continue
+            older = pc.fill_null(pc.less(typed[CDC_SEQ], pa.scalar(rename["before"])), False)
+            value = pc.map_lookup(carried, rename["old"], "first")
+            older = pc.and_(older, pc.is_valid(value))
+            if not pc.any(older).as_py():
+                continue
+            at = typed.column_names.index(new)
+            target = typed.schema.field(at)
+            one = pa.MapArray.from_arrays(
+                pa.array(np.arange(len(value) + 1, dtype=np.int32)),
+                pa.array([new] * len(value), pa.string()),
+                value,
+            )
+            (values,), bad = type_images(one, [target], timezone=self.timezone, zero_dates=self.zero_dates)
+            fits = pc.and_(older, pa.array([i not in bad for i in range(len(value))]))
+            typed = typed.set_column(at, target, pc.if_else(fits, values.cast(target.type), typed[new]))
+            carried = _renamed_key(carried, rename["old"], new)
+        return typed
 
     def older_defaults(self, typed: pa.Table) -> pa.Table:
         """Rows older than an ADD COLUMN with a default, arriving after it was applied (a later batch:
@@ -703,6 +749,7 @@ class TableApplier:
         self.ensure_table(keys, part)
         typed, dead = self.typed(part)
         self.result.dead.extend(dead)
+        typed = self.older_names(typed, part)
         typed = self.older_defaults(typed)
         typed = self.guard(typed)
         return typed if typed.num_rows else None
