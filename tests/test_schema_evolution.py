@@ -177,6 +177,16 @@ def registry(runner: Runner) -> dict[str, Any]:
     return {s.table: s for s in runner.engine.state.tables().values()}
 
 
+@pytest.fixture(params=["driver", "executors"])
+def typing_on(request, monkeypatch):
+    """Where net changes are typed: on the driver, or in the fold tasks (``Engine._typing``), for
+    every table (a threshold of one event)."""
+    from replicator import engine
+
+    monkeypatch.setattr(engine, "TYPED_ON_EXECUTORS", 10**9 if request.param == "driver" else 1)
+    return request.param
+
+
 # ---- add column --------------------------------------------------------------------------------------------
 
 
@@ -420,7 +430,7 @@ def test_renames_of_unrelated_tables_in_one_batch(spark, tmp_path):
         assert states[n].dropped and not states[f"{n}_new"].dropped
 
 
-def test_rows_older_than_a_drop_column_delivered_after_it_do_not_bring_it_back(spark, tmp_path):
+def test_rows_older_than_a_drop_column_delivered_after_it_do_not_bring_it_back(spark, tmp_path, typing_on):
     """DDL and DML on different topics (Debezium: the schema-change topic and a topic per table) reach
     the mirror in different batches: here the DROP COLUMN is applied in one batch and snapshot rows that
     preceded it, still carrying the column, come in the next. They add no column (it was gone by then);
@@ -462,7 +472,9 @@ def test_rows_older_than_a_drop_column_delivered_after_it_do_not_bring_it_back(s
 
 
 @pytest.mark.parametrize("policy", ["lenient", "evolve"])
-def test_rows_older_than_an_add_column_default_delivered_after_it_take_the_default(spark, tmp_path, policy):
+def test_rows_older_than_an_add_column_default_delivered_after_it_take_the_default(
+    spark, tmp_path, policy, typing_on
+):
     """The rows a source table holds at an ADD COLUMN .. DEFAULT take the default without a row event, so
     a row older than the DDL that reaches the mirror only in a later batch (another topic) takes it too,
     whatever it carried; rows newer than the DDL keep their own values."""
@@ -489,7 +501,7 @@ def test_rows_older_than_an_add_column_default_delivered_after_it_take_the_defau
     assert len(json.loads(registry(runner)["dflt"].fills)) == 1
 
 
-def test_rows_older_than_a_rename_column_delivered_after_it_fill_the_new_name(spark, tmp_path):
+def test_rows_older_than_a_rename_column_delivered_after_it_fill_the_new_name(spark, tmp_path, typing_on):
     """A row older than a RENAME COLUMN that arrives after it (a later batch, another topic) carries its
     value under the old name: the mirror keeps it under the new one, and the old name does not come back."""
     runner = Runner(spark, job(tmp_path, schema_evolution="evolve"))

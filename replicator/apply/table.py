@@ -114,10 +114,18 @@ class Fill:
     match: dict[str, str] | None = None
 
 
-def _renamed_key(images: pa.MapArray, old: str, new: str) -> pa.MapArray:
-    """Images with the key ``old`` named ``new`` (for a later rename of the same column)."""
-    keys = pc.if_else(pc.equal(images.keys, old), pa.scalar(new), images.keys)
-    return pa.MapArray.from_arrays(images.offsets, keys, images.items, mask=pc.is_null(images))
+def _renamed_key(images: pa.MapArray, rows: np.ndarray, old: str, new: str) -> pa.MapArray:
+    """Images whose key ``old`` is named ``new`` in the ``rows`` (a mask). A map array's offsets index its
+    whole child arrays (sliced or not)."""
+    offsets = np.asarray(images.offsets)
+    keys = images.keys
+    in_rows = np.zeros(len(keys), bool)
+    in_rows[offsets[0] : offsets[-1]] = np.repeat(rows, np.diff(offsets))
+    hit = pc.and_(pa.array(in_rows), pc.fill_null(pc.equal(keys, pa.scalar(old)), False))
+    renamed = pc.if_else(hit, pa.scalar(new), keys)
+    return pa.MapArray.from_arrays(
+        images.offsets, renamed, images.items, type=images.type, mask=pc.is_null(images)
+    )
 
 
 def fill_text(recorded: str | None, fill: Fill) -> str:
@@ -310,11 +318,18 @@ class TableApplier:
                 )
             struct = rows[TYPED].combine_chunks()
             added = [f for f in fields if f.name not in given]
+            rest = rows[REST].combine_chunks()
+            # A mirror column in REST: a row older than its rename carried it under its old name (older_names)
+            named = set(pc.unique(rest.keys).to_pylist()) if len(rest) else set()
+            renamed = [f for f in fields if f.name in given and f.name in named]
             typed, bad = type_images(
-                rows[REST].combine_chunks(), added, timezone=self.timezone, zero_dates=self.zero_dates
+                rest, [*added, *renamed], timezone=self.timezone, zero_dates=self.zero_dates
             )
-            columns.update(zip((f.name for f in added), typed, strict=True))
+            columns.update(zip((f.name for f in added), typed[: len(added)], strict=True))
             columns.update((name, struct.field(i)) for name, i in given.items())
+            for f, values in zip(renamed, typed[len(added) :], strict=True):
+                carried = pc.is_valid(pc.map_lookup(rest, f.name, "first"))
+                columns[f.name] = pc.if_else(carried, values, columns[f.name])
             errors = rows[TYPE_ERROR]
             whole = errors.null_count == len(errors)
             at = [] if whole else pc.indices_nonzero(pc.is_valid(errors)).to_pylist()
@@ -339,36 +354,22 @@ class TableApplier:
             table = table.filter(keep)
         return table, dead
 
-    def older_names(self, typed: pa.Table, part: pa.Table) -> pa.Table:
+    def older_names(self, part: pa.Table) -> pa.Table:
         """Rows older than a column rename, arriving after it was applied (a later batch, another topic),
         carry the value under the old name: it is the renamed column's (the mirror's rows took it at the
-        rename). Renames in DDL order, so a column renamed twice ends under its last name."""
+        rename), so their images name it so. Renames in DDL order: a column renamed twice ends under its
+        last name. (Rows the fold tasks typed keep such entries in ``REST``: :meth:`typed` takes them.)"""
         import json
 
-        if not self.table_state.renames or typed.num_rows == 0:
-            return typed
-        carried = images(part).combine_chunks()
+        if not self.table_state.renames or part.num_rows == 0:
+            return part
+        column = "image" if "image" in part.column_names else REST
+        carried = part[column].combine_chunks()
         for rename in json.loads(self.table_state.renames):
-            new = rename["new"]
-            if new not in typed.column_names:
-                continue
-            older = pc.fill_null(pc.less(typed[CDC_SEQ], pa.scalar(rename["before"])), False)
-            value = pc.map_lookup(carried, rename["old"], "first")
-            older = pc.and_(older, pc.is_valid(value))
-            if not pc.any(older).as_py():
-                continue
-            at = typed.column_names.index(new)
-            target = typed.schema.field(at)
-            one = pa.MapArray.from_arrays(
-                pa.array(np.arange(len(value) + 1, dtype=np.int32)),
-                pa.array([new] * len(value), pa.string()),
-                value,
-            )
-            (values,), bad = type_images(one, [target], timezone=self.timezone, zero_dates=self.zero_dates)
-            fits = pc.and_(older, pa.array([i not in bad for i in range(len(value))]))
-            typed = typed.set_column(at, target, pc.if_else(fits, values.cast(target.type), typed[new]))
-            carried = _renamed_key(carried, rename["old"], new)
-        return typed
+            older = np.asarray(pc.fill_null(pc.less(part["seq_text"], pa.scalar(rename["before"])), False))
+            if older.any():
+                carried = _renamed_key(carried, older, rename["old"], rename["new"])
+        return part.set_column(part.column_names.index(column), column, carried)
 
     def older_defaults(self, typed: pa.Table) -> pa.Table:
         """Rows older than an ADD COLUMN with a default, arriving after it was applied (a later batch:
@@ -747,9 +748,9 @@ class TableApplier:
         if TYPED in part.column_names:  # typed by the fold tasks; the images' other columns are in REST
             keys = [f.name for f in part.schema.field(TYPED).type] + keys
         self.ensure_table(keys, part)
+        part = self.older_names(part)
         typed, dead = self.typed(part)
         self.result.dead.extend(dead)
-        typed = self.older_names(typed, part)
         typed = self.older_defaults(typed)
         typed = self.guard(typed)
         return typed if typed.num_rows else None
