@@ -402,13 +402,17 @@ def default_value(
 def _(change: ddl.DropColumn, ctx: Context) -> None:
     # lenient: the column stays; rows written from now on carry NULL in it.
     mirror = ctx.applier.mirror
-    if ctx.policy == "evolve" and mirror.exists() and change.name in data_fields(mirror.schema()):
-        if change.name in ctx.applier.table_state.primary_key:
-            raise SchemaApplyError(
-                f"column {change.name!r} is part of the mirror's key; it cannot be dropped"
-            )
+    if ctx.policy != "evolve" or not mirror.exists():
+        return
+    present = change.name in data_fields(mirror.schema())
+    if present and change.name in ctx.applier.table_state.primary_key:
+        raise SchemaApplyError(f"column {change.name!r} is part of the mirror's key; it cannot be dropped")
+    # Recorded before the mirror changes (and when the column is gone already): a restart after a kill -9
+    # between the two applies this batch's rows before the DROP again, and they must not add it back.
+    ctx.columns_removed()
+    ctx.applier.record_state()
+    if present:
         rewrite(ctx, lambda data: data.drop_columns([change.name]))
-        ctx.columns_removed()
 
 
 @apply_change.register
@@ -417,19 +421,26 @@ def _(change: ddl.RenameColumn, ctx: Context) -> None:
     if ctx.policy not in ("lenient", "evolve") or not mirror.exists():
         return
     fields = data_fields(mirror.schema())
-    if change.old not in fields or change.new in fields:
+    to_rename = change.old in fields and change.new not in fields
+    done = ctx.policy == "evolve" and change.old not in fields and change.new in fields
+    if not (to_rename or done):
         return
     if ctx.policy == "lenient":  # the old column keeps its values; the new name is added next to it
         mirror.add_columns([fields[change.old].with_name(change.new)])
         return
+    # Recorded before the mirror changes (and when it has changed already): a restart after a kill -9
+    # between the two applies this batch's rows before the RENAME again, under the old name
+    # (TableApplier.older_names gives their values to the new one once the mirror has it).
+    ctx.columns_removed()
+    state = ctx.applier.table_state
+    ctx.set_state(renames=renamed_text(state.renames, change.old, change.new, ctx.horizon))
+    ctx.applier.record_state()
 
     def rename(data: pa.Table) -> pa.Table:
         return data.rename_columns([change.new if n == change.old else n for n in data.column_names])
 
-    rewrite(ctx, rename)
-    ctx.columns_removed()
-    state = ctx.applier.table_state
-    ctx.set_state(renames=renamed_text(state.renames, change.old, change.new, ctx.horizon))
+    if to_rename:
+        rewrite(ctx, rename)
     key = ctx.applier.table_state.primary_key
     if change.old in key:
         ctx.set_state(primary_key=tuple(change.new if k == change.old else k for k in key))
@@ -491,7 +502,7 @@ def _(change: ddl.DropTable, ctx: Context) -> None:
         # whose log holds no batch of this job, and a restart after a crash must not take it for a mirror
         # that lost its newest commits (TableApplier.check_behind) but replay the batch over it.
         ctx.set_state(dropped=True, truncate_seq=ctx.horizon, last_batch=None, last_app=None)
-        state.save_tables([ctx.applier.table_state], ctx.applier.batch_id)
+        ctx.applier.record_state()
         return
     ctx.set_state(dropped=True)
 
@@ -510,9 +521,9 @@ def _(change: ddl.RenameTable, ctx: Context) -> None:
             return
         ctx.handler.move(ctx, old, new, ctx.applier.table_state)
         ctx.set_state(dropped=True, truncate_seq=ctx.horizon)
-        # Recorded now, not with the batch's registry commit: a replay after a crash later in this batch
-        # must find the rename done rather than re-create the old name from this batch's rows.
-        ctx.applier.state.save_tables([ctx.applier.table_state], ctx.applier.batch_id)
+        # Recorded now, not after the barrier (TableApplier.apply_barrier): a replay after a crash later
+        # in this barrier must find the rename done rather than re-create the old name from this batch's rows.
+        ctx.applier.record_state()
     elif ctx.table == new:
         moved = ctx.handler.take_moved(ctx.seq_text, new)
         if moved is None:  # the old name had nothing in this batch: move it from the registry

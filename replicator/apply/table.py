@@ -240,6 +240,7 @@ class TableApplier:
         # guard's tombstoned keys (first key column), the rows update_tombstones merges besides deletes
         self._tombstoned: pa.Array | None = None
         self._documents = False  # rows merged as documents (resolve_documents)
+        self._recorded = work.state  # the state before the barrier being applied (record_state)
 
     @property
     def mirror(self) -> MirrorWriter:
@@ -365,7 +366,10 @@ class TableApplier:
             return part
         column = "image" if "image" in part.column_names else REST
         carried = part[column].combine_chunks()
+        names = set(self.mirror.schema().names) if self.mirror.exists() else set()
         for rename in json.loads(self.table_state.renames):
+            if rename["old"] in names:  # recorded, not yet applied (a kill -9 between the two, then a restart)
+                continue
             older = np.asarray(pc.fill_null(pc.less(part["seq_text"], pa.scalar(rename["before"])), False))
             if older.any():
                 carried = _renamed_key(carried, older, rename["old"], rename["new"])
@@ -806,7 +810,9 @@ class TableApplier:
     def apply_barrier(self, event: dict[str, Any]) -> None:
         self.result.ddl.append(event)
         if self.on_barrier is not None:
+            self._recorded = self.table_state  # (the positions before it are saved with the batch)
             self.on_barrier(self, event)
+            self.record_state()
             return
         log.info(
             "ddl recorded, not applied",
@@ -814,6 +820,18 @@ class TableApplier:
             kind=event.get("ddl_kind"),
             sql=event.get("ddl_sql"),
         )
+
+    def record_state(self) -> None:
+        """Save the table's state now if a barrier changed it, not only with the batch's registry commit.
+        A barrier's mirror change is committed at once, and once the table's batch commit is in too, a
+        restart after a kill -9 finds the batch applied and skips the table (``run``), barriers included:
+        what they record (the key, a drop and re-create, a truncate point, the columns removed, renames and
+        fills that late rows need) would be lost with the registry save the kill prevented. Met in the
+        end-to-end faults test: the re-snapshot's CREATE left its table marked dropped, its DROP COLUMN left
+        no ``schema_seq``, and the snapshot rows of the next batch added the dropped column back."""
+        if self.table_state != self._recorded:
+            self.state.save_tables([self.table_state], self.batch_id)
+            self._recorded = self.table_state
 
     def truncate(self, seq_text: str) -> None:
         """Empty the mirror of rows older than ``seq_text``; events at or before it can no longer bring rows
