@@ -368,7 +368,7 @@ class TableApplier:
         carried = part[column].combine_chunks()
         names = set(self.mirror.schema().names) if self.mirror.exists() else set()
         for rename in json.loads(self.table_state.renames):
-            if rename["old"] in names:  # recorded, not yet applied (a kill -9 between the two, then a restart)
+            if rename["old"] in names:  # recorded, not applied yet (a kill -9 between the two, a restart)
                 continue
             older = np.asarray(pc.fill_null(pc.less(part["seq_text"], pa.scalar(rename["before"])), False))
             if older.any():
