@@ -103,3 +103,33 @@ def test_next_phase_rules():
     assert next_phase("snapshot_loading", Activity(snapshot_rows=1, incremental=1)) == "incremental"
     assert next_phase("incremental", Activity(snapshot_rows=5)) == "incremental"
     assert next_phase(None, Activity(incremental=2)) == "incremental"
+
+
+def test_a_batch_applied_again_gives_the_same_phase():
+    """A batch replayed after a kill -9 (its tables skipped: the mirror holds it) advances the phase as the
+    registry save the kill prevented would have: the rules give the phase they gave the first time."""
+    from itertools import product
+
+    from replicator.apply.phases import INCREMENTAL, SNAPSHOT_DONE, SNAPSHOT_LOADING, SNAPSHOT_SCHEMA
+
+    for phase, (rows, incremental, schema) in product(
+        [None, SNAPSHOT_SCHEMA, SNAPSHOT_LOADING, SNAPSHOT_DONE, INCREMENTAL],
+        product([0, 2], [0, 1], [False, True]),
+    ):
+        activity = Activity(snapshot_rows=rows, incremental=incremental, schema=schema)
+        once = next_phase(phase, activity)
+        assert next_phase(once, activity) == once, (phase, activity)
+
+
+def test_a_skipped_table_advances_its_phase_without_counting_its_rows_again():
+    from replicator.apply.phases import INCREMENTAL, SNAPSHOT_LOADING, advance_all
+    from replicator.apply.table import TableResult
+    from replicator.state import TableState
+
+    table = ("shop", None, "items")
+    known = TableState(*table, mirror="m", phase=SNAPSHOT_LOADING, snapshot_rows=10)
+    activity = {table: Activity(snapshot_rows=5, incremental=2)}
+    applied = advance_all([TableResult(table, state=known)], {table: known}, activity)
+    skipped = advance_all([TableResult(table, state=known, skipped=True)], {table: known}, activity)
+    assert [(s.phase, s.snapshot_rows) for s in applied] == [(INCREMENTAL, 15)]
+    assert [(s.phase, s.snapshot_rows) for s in skipped] == [(INCREMENTAL, 10)]

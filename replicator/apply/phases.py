@@ -85,11 +85,14 @@ def bulk_load(known: TableState | None, activity: Activity | None) -> bool:
     return known is None or known.phase in LOADING
 
 
-def advance(state: TableState, known: TableState | None, activity: Activity | None) -> TableState:
+def advance(
+    state: TableState, known: TableState | None, activity: Activity | None, count: bool = True
+) -> TableState:
     if activity is None:
         return state
     phase = next_phase(known.phase if known is not None else None, activity)
-    return replace(state, phase=phase, snapshot_rows=state.snapshot_rows + activity.snapshot_rows)
+    rows = activity.snapshot_rows if count else 0
+    return replace(state, phase=phase, snapshot_rows=state.snapshot_rows + rows)
 
 
 def advance_all(
@@ -97,15 +100,15 @@ def advance_all(
     registry: Mapping[TableId, TableState],
     activity: Mapping[TableId, Activity],
 ) -> list[TableState]:
-    """The table states to save after a batch: applied tables advance their phase (a replayed, skipped
-    table does not count its rows twice); a loading table the batch did not touch is ``snapshot_done``."""
+    """The table states to save after a batch: applied tables advance their phase; a loading table the
+    batch did not touch is ``snapshot_done``. A replayed table its mirror holds already (skipped) advances
+    too, as the save a kill -9 prevented would have (the phase rules give the same phase again), but does
+    not count its snapshot rows twice."""
     states = []
     for r in results:
         if r.state is None:
             continue
-        states.append(
-            r.state if r.skipped else advance(r.state, registry.get(r.table), activity.get(r.table))
-        )
+        states.append(advance(r.state, registry.get(r.table), activity.get(r.table), count=not r.skipped))
     touched = {r.table for r in results} | set(activity)
     for table, known in registry.items():
         if table not in touched and known.phase == SNAPSHOT_LOADING:
