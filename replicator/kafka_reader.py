@@ -16,6 +16,7 @@ false``, are skipped: the manifest's first offset read then shows the gap (``rep
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -164,9 +165,46 @@ def read_ranges(
     settings: dict[str, str], ranges: pa.RecordBatch, fail_on_data_loss: bool, rows: int
 ) -> Iterator[pa.RecordBatch]:
     """The records of each range (range_schema rows), in offset order, ``rows`` at most per batch."""
+    consumer = _take(settings)
+    try:
+        for topic, partition, start, end in zip(
+            *(ranges.column(n).to_pylist() for n in ("topic", "partition", "start", "end")), strict=True
+        ):
+            if end > start:
+                yield from _read(consumer, topic, partition, start, end, fail_on_data_loss, rows)
+    except BaseException:
+        consumer.close()
+        raise
+    _give_back(settings, consumer)
+
+
+# Consumers kept between a Python worker's tasks: a new one per task cost ~25 ms of a ~160 ms read of
+# 62,500 records (its threads, the bootstrap connection, the metadata; docs/performance.md), on the task's
+# core. Keyed by the settings (one job's brokers); taken by one read at a time, closed on any failure.
+_IDLE: dict[tuple[tuple[str, str], ...], list[Any]] = {}
+_IDLE_LOCK = threading.Lock()
+
+
+def _take(settings: dict[str, str]) -> Any:
+    key = tuple(sorted(settings.items()))
+    with _IDLE_LOCK:
+        others = [c for k in list(_IDLE) if k != key for c in _IDLE.pop(k)]  # another job's, or a test's
+        idle = _IDLE.get(key)
+        consumer = idle.pop() if idle else None
+    for old in others:
+        old.close()
+    return consumer if consumer is not None else _consumer(settings)
+
+
+def _give_back(settings: dict[str, str], consumer: Any) -> None:
+    with _IDLE_LOCK:
+        _IDLE.setdefault(tuple(sorted(settings.items())), []).append(consumer)
+
+
+def _consumer(settings: dict[str, str]) -> Any:
     from confluent_kafka import Consumer
 
-    consumer = Consumer(
+    return Consumer(
         {
             **settings,
             "group.id": "replicator-direct",  # no group membership: ranges are assigned, nothing committed
@@ -182,14 +220,6 @@ def read_ranges(
             "fetch.queue.backoff.ms": 5,
         }
     )
-    try:
-        for topic, partition, start, end in zip(
-            *(ranges.column(n).to_pylist() for n in ("topic", "partition", "start", "end")), strict=True
-        ):
-            if end > start:
-                yield from _read(consumer, topic, partition, start, end, fail_on_data_loss, rows)
-    finally:
-        consumer.close()
 
 
 def _lost(topic: str, partition: int, start: int, end: int) -> RangeUnreadable:
