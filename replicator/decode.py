@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from replicator.config import RouteRule
+    from replicator.kafka_reader import Records
 
 # Records decoded at once: a slice's events stay a few tens of MB in the worker.
 SLICE_ROWS = 10_000
@@ -97,11 +98,16 @@ def _files(batch: pa.RecordBatch, plan: DecodePlan) -> Iterator[pa.Table]:
         yield from _slices(file_chunk(path, mtime, content), plan.slice_rows)
 
 
-def _kafka(batch: pa.RecordBatch, plan: DecodePlan) -> Iterator[pa.Table]:
+def _kafka(batch: pa.RecordBatch | Records, plan: DecodePlan) -> Iterator[pa.Table | Records]:
     """Kafka rows (value, key, topic, partition, offset) -> raw records; null values (tombstones after
-    Debezium deletes) are not records (decode_partition counts them as filtered)."""
+    Debezium deletes) are not records (decode_partition counts them as filtered). Records the task read
+    itself (kafka_reader.Records, at most a slice's) stay the client's Python objects."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
+    if not isinstance(batch, pa.RecordBatch):
+        yield batch.with_values()
+        return
 
     from replicator.sources import raw_schema
 
@@ -119,16 +125,19 @@ def _kafka(batch: pa.RecordBatch, plan: DecodePlan) -> Iterator[pa.Table]:
     yield from _slices(pa.table(columns, schema=schema), plan.slice_rows)
 
 
-def _input_batches(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _input_batches(
+    plan: DecodePlan, batches: Iterable[pa.RecordBatch], arrow: bool = False
+) -> Iterator[pa.RecordBatch | Records]:
     """A task's input batches; Kafka offset ranges (kafka_reader.range_schema) become the records in them,
-    read here, in the columns Spark's Kafka source gives (so that the rest does not tell them apart)."""
+    read here: kafka_reader.Records, or with ``arrow`` the columns Spark's Kafka source gives."""
     for batch in batches:
         if plan.source == "kafka" and "end" in batch.schema.names:
-            from replicator.kafka_reader import read_ranges
+            from replicator.kafka_reader import read_records
 
             if not plan.kafka_client:
                 raise ValueError("Kafka offset ranges to read, but no Kafka client settings in the plan")
-            yield from read_ranges(dict(plan.kafka_client), batch, plan.fail_on_data_loss, plan.slice_rows)
+            read = read_records(dict(plan.kafka_client), batch, plan.fail_on_data_loss, plan.slice_rows)
+            yield from (r.batch() for r in read) if arrow else read
         else:
             yield batch
 
@@ -140,7 +149,7 @@ def _payloads(batch: pa.RecordBatch, plan: DecodePlan) -> Iterator[pa.Table]:
             yield from _slices(table, plan.slice_rows)
 
 
-READERS: dict[str, Callable[[pa.RecordBatch, DecodePlan], Iterator[pa.Table]]] = {
+READERS: dict[str, Callable[[Any, DecodePlan], Iterator[pa.Table | Records]]] = {
     "files": _files,
     "kafka": _kafka,
     "records": _payloads,
@@ -151,13 +160,14 @@ READERS: dict[str, Callable[[pa.RecordBatch, DecodePlan], Iterator[pa.Table]]] =
 # ---- decoding and the batch's small results ----------------------------------------------------------------
 
 
-def decoded_events(plan: DecodePlan, records: pa.Table) -> pa.Table:
+def decoded_events(plan: DecodePlan, records: pa.Table | Records) -> pa.Table:
     """One slice of raw records -> its routed events (already decoded slices pass through)."""
     from replicator.dialects.base import decode
     from replicator.dialects.events import seq_texts
     from replicator.routing import route
 
     if plan.source == "events":  # replayed change-log events: decoded and routed when first applied
+        assert not isinstance(records, tuple)  # (payload tables, never kafka_reader.Records)
         if "seq_text" not in records.column_names:
             records = records.append_column("seq_text", seq_texts(records["seq"]))
         for name, empty in (("error", "string"), ("raw", "binary")):
@@ -170,9 +180,18 @@ def decoded_events(plan: DecodePlan, records: pa.Table) -> pa.Table:
     return route(events, list(plan.routes))
 
 
-def kafka_coordinates(batch: pa.RecordBatch) -> pa.Table:
+def kafka_coordinates(batch: pa.RecordBatch | Records) -> pa.Table:
     """A Kafka input batch's (source, partition, offset) columns, every record (NULL values included)."""
     import pyarrow as pa
+
+    if not isinstance(batch, pa.RecordBatch):
+        return pa.table(
+            {
+                "source": pa.repeat(pa.scalar(batch.topic, pa.string()), batch.num_rows),
+                "partition": pa.repeat(pa.scalar(batch.partition, pa.int64()), batch.num_rows),
+                "offset": pa.array(batch.offsets, pa.int64()),
+            }
+        )
 
     return pa.table(
         {
@@ -421,8 +440,11 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
                 # Every record read, NULL values too: the manifest's ranges cover them (Engine.recover reads
                 # the same ones again) and a tombstone is counted as filtered, not dropped unseen.
                 read.append(kafka_coordinates(batch))
-                if batch.column("value").null_count:
-                    groups.append(tombstone_counts(batch.column("value").null_count))
+                nulls = batch.column("value").null_count if isinstance(batch, pa.RecordBatch) else (
+                    batch.values.count(None)
+                )  # fmt: skip
+                if nulls:
+                    groups.append(tombstone_counts(nulls))
             for records in READERS[plan.source](batch, plan):
                 events = decoded_events(plan, records)
                 if events.num_rows == 0:
@@ -491,8 +513,9 @@ def raw_lookup(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
     import pyarrow.compute as pc
 
     offsets = pa.array(sorted({o for _s, _p, o in plan.wanted}), pa.int64())
-    for batch in _input_batches(plan, batches):
+    for batch in _input_batches(plan, batches, arrow=True):
         for records in READERS[plan.source](batch, plan):
+            assert not isinstance(records, tuple)  # (Arrow batches read: Arrow tables)
             near = records.filter(pc.is_in(records["offset"], value_set=offsets))
             if near.num_rows == 0:
                 continue

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from replicator.dialects.arrays import Document, Element
 from replicator.dialects.events import At, Events
@@ -316,11 +316,25 @@ def _utf8(raw: Any) -> bool:
     return True
 
 
-def record_tuples(records: pa.Table) -> Iterator[RawTuple]:
+class RecordRows(Protocol):
+    """Raw records as Python objects (kafka_reader.Records): decoded without an Arrow table."""
+
+    @property
+    def num_rows(self) -> int: ...
+
+    def tuples(self) -> Iterator[RawTuple]: ...
+
+
+def record_tuples(records: pa.Table | RecordRows) -> Iterator[RawTuple]:
     """The rows of a raw-record table (sources.raw_schema: raw, key, source, partition, offset) as
     (raw, source, partition, offset, key) tuples; a table without ``key`` (files) has NULL keys. A column
     whose rows all hold one value (a file's path and time, files' NULL keys) gives that one object to every
-    row instead of a Python object per row."""
+    row instead of a Python object per row. Records still in Python objects (RecordRows: a Kafka read's)
+    give their own tuples."""
+    import pyarrow as pa
+
+    if not isinstance(records, pa.Table):
+        return records.tuples()
     n = records.num_rows
     columns = [_values(records.column(name)) for name in ("raw", "source", "partition", "offset")]
     keys = _values(records.column("key")) if "key" in records.column_names else repeat(None, n)
@@ -355,7 +369,7 @@ def gc_paused() -> Iterator[None]:
 
 
 def decode(
-    records: pa.Table,
+    records: pa.Table | RecordRows,
     dialect: str = "auto",
     options: DecodeOptions | None = None,
     batch_id: int = 0,
