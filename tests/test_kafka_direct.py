@@ -146,3 +146,39 @@ def test_records_bytes_become_the_binary_column_they_were(items):
     column.validate(full=True)
     assert column.type == pa.binary()
     assert column.to_pylist() == items
+
+
+def test_a_workers_consumer_reads_one_range_after_another(kafka):
+    """A Python worker keeps its consumer between tasks (kafka_reader._take): ranges of other partitions
+    and of the same one, read one after another by the kept consumer, give exactly their own records; a
+    read stopped before its end closes the consumer instead of keeping it half-read."""
+    topic = kafka.topic("kept", 2)
+    values = [_insert(i) if i != 7 else None for i in range(40)]
+    kafka.produce(topic, [(b"k%d" % i, values[i], i % 2) for i in range(40)])
+    settings = kafka_reader.client_settings({"kafka.bootstrap.servers": kafka.servers})
+
+    def ranges(*rows: tuple[int, int, int]) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pylist(
+            [{"topic": topic, "partition": p, "start": s, "end": e} for p, s, e in rows],
+            schema=kafka_reader.range_schema(),
+        )
+
+    def read(*rows: tuple[int, int, int]) -> list[tuple[int, int, bytes | None, bytes | None]]:
+        return [(r.partition, o, k, v) for r in kafka_reader.read_records(settings, ranges(*rows), True, 4)
+                for o, k, v in zip(r.offsets, r.keys, r.values, strict=True)]  # fmt: skip
+
+    def expected(partition: int, start: int, end: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
+        ids = [i for i in range(40) if i % 2 == partition][start:end]
+        return [(partition, start + n, b"k%d" % i, values[i]) for n, i in enumerate(ids)]
+
+    kafka_reader._IDLE.clear()
+    assert read((0, 3, 11)) == expected(0, 3, 11)
+    (kept,) = kafka_reader._IDLE[tuple(sorted(settings.items()))]
+    assert read((1, 0, 6), (0, 0, 2)) == expected(1, 0, 6) + expected(0, 0, 2)  # NULL value at 1/3
+    assert read((1, 2, 20)) == expected(1, 2, 20)
+    assert kafka_reader._IDLE[tuple(sorted(settings.items()))] == [kept]  # the one consumer throughout
+    records = kafka_reader.read_records(settings, ranges((0, 0, 20)), True, 4)
+    first = next(records)
+    assert first.with_values().batch().column("value").to_pylist() == [v for *_, v in expected(0, 0, 4)]
+    records.close()  # a task stopped mid-range: its consumer is not kept
+    assert kafka_reader._IDLE[tuple(sorted(settings.items()))] == []
