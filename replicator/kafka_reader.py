@@ -165,7 +165,7 @@ def records_schema() -> pa.Schema:
 class Records(NamedTuple):
     """Records of one partition as read: the Python objects librdkafka's client gave (the values as bytes,
     NULL for a tombstone), before any Arrow. The decoder reads them as they are: the values through an
-    Arrow binary column and back cost ~0.6 µs a record of the task's ~3 µs read (docs/performance.md)."""
+    Arrow binary column and back cost ~0.7-1.1 µs a record, a third of the read (docs/performance.md)."""
 
     values: list[Any]
     keys: list[Any]
