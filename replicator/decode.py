@@ -202,6 +202,13 @@ def kafka_coordinates(batch: pa.RecordBatch | Records) -> pa.Table:
     )
 
 
+def null_values(batch: pa.RecordBatch | Records) -> int:
+    """A Kafka input batch's records with a NULL value (tombstones)."""
+    import pyarrow as pa
+
+    return batch.column("value").null_count if isinstance(batch, pa.RecordBatch) else batch.values.count(None)
+
+
 def tombstone_counts(n: int) -> pa.Table:
     """``n`` Kafka records with a NULL value (the tombstone Debezium writes after each delete, for log
     compaction) as :func:`group_counts` rows: ``n`` records, ``n`` filtered events of no table."""
@@ -440,9 +447,7 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
                 # Every record read, NULL values too: the manifest's ranges cover them (Engine.recover reads
                 # the same ones again) and a tombstone is counted as filtered, not dropped unseen.
                 read.append(kafka_coordinates(batch))
-                nulls = batch.column("value").null_count if isinstance(batch, pa.RecordBatch) else (
-                    batch.values.count(None)
-                )  # fmt: skip
+                nulls = null_values(batch)
                 if nulls:
                     groups.append(tombstone_counts(nulls))
             for records in READERS[plan.source](batch, plan):
