@@ -61,6 +61,11 @@ def loads_exact(raw: bytes | str) -> Any:
     ValueError when not JSON, :class:`Refused` for JSON nested too deeply or an integer too long for
     Python's ``int`` (the parser raises a plain ValueError, not JSONDecodeError, for it)."""
     try:
+        if not isinstance(raw, str):
+            # json.loads(bytes) decodes with "surrogatepass": bytes that encode a lone surrogate (ED A0 80,
+            # invalid UTF-8, which orjson refuses) would become one, with no \u escape for unicode_only to
+            # see. Decoded strictly here, they are not JSON (found by CI's fuzzing of drs-json-c).
+            raw = raw.decode(json.detect_encoding(raw))
         return unicode_only(raw, json.loads(raw, parse_float=Num))
     except RecursionError:
         raise Refused(TOO_DEEP) from None

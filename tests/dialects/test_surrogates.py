@@ -58,6 +58,19 @@ def test_the_exact_parse_and_an_array_element_refuse_it_too():
     assert rows[1]["raw"] == bad.encode() and "surrogate" in rows[1]["error"]
 
 
+@pytest.mark.parametrize("dialect", ["canal-json", "drs-json-c"])
+@pytest.mark.parametrize("encoded", [b"\xed\xad\x97", b"x\xed\xa0\x80y"])
+def test_a_surrogate_encoded_in_the_bytes_is_a_dead_letter(dialect, encoded):
+    """Invalid UTF-8 bytes that encode a surrogate, no escape: orjson refuses them, and the standard
+    library's parse (the fallback) decoded them with "surrogatepass" into a lone surrogate that failed the
+    whole batch when the Arrow columns were built (CI's fuzzing of drs-json-c, 2026-11-27)."""
+    bad = (CANAL % ("1", "@")).encode().replace(b"@", encoded)  # DRS's JSON has canal's keys (seed 003)
+    table = decode(raw_records([bad, CANAL % ("2", "ok")]), dialect)
+    rows = table.select(["op", "error", "raw"]).to_pylist()
+    assert rows[0]["op"] is None and "UTF-8" in rows[0]["error"] and rows[0]["raw"] == bad
+    assert rows[1]["op"] == "insert" and rows[1]["error"] is None
+
+
 def test_mongo_json_text_with_a_lone_surrogate_is_not_json():
     assert parse_json('{"a": "\\ud800"}') == (False, None)
     assert parse_json('{"a": "\\ud83d\\ude00"}') == (True, {"a": "\U0001f600"})
