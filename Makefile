@@ -73,6 +73,7 @@ bench: install ## the benchmarks of docs/performance.md (about 80 minutes); resu
 	$(BIN)/python benchmarks/cluster_cpu.py --workdir bench-out/cluster_cpu-daemon "--driver-java-options=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1" --conf spark.sql.codegen.wholeStage=false --conf spark.python.daemon.module=replicator.worker_daemon --class-archive
 	$(BIN)/python benchmarks/steady_state.py --keys hot
 	$(BIN)/python benchmarks/steady_state.py --keys uniform
+	$(BIN)/python benchmarks/deletion_vectors.py
 	$(BIN)/python benchmarks/many_tables.py
 	$(BIN)/python benchmarks/latency.py
 	$(BIN)/python benchmarks/kafka_throughput.py

@@ -95,18 +95,32 @@ def run(args: list[str], cwd: Path) -> tuple[float, str]:
     return time.monotonic() - started, proc.stderr
 
 
+def median_interval(batches: list[dict]) -> float | None:
+    from datetime import datetime
+    from itertools import pairwise
+
+    ends = [datetime.fromisoformat(b["timestamp"].replace("Z", "+00:00")) for b in batches]
+    gaps = sorted((b - a).total_seconds() * 1000 for a, b in pairwise(ends))
+    return round(gaps[len(gaps) // 2]) if gaps else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--events", type=int, default=100_000, help="events per batch")
     parser.add_argument("--keys", choices=["hot", "uniform"], default="hot")
+    parser.add_argument(
+        "--deletion-vectors", action="store_true", help="the mirror with target.deletion_vectors: true"
+    )
     parser.add_argument("--workdir", default=str(REPO / "bench-out" / "steady-state"))
     args = parser.parse_args()
-    work = Path(args.workdir) / args.keys
+    work = Path(args.workdir) / (args.keys + ("-vectors" if args.deletion_vectors else ""))
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    write_job(work, "steady", files_per_trigger=1)
+    job = write_job(work, "steady", files_per_trigger=1)
+    if args.deletion_vectors:
+        job.write_text(job.read_text().replace("{path: lake}", "{path: lake, deletion_vectors: true}"))
     t0 = time.monotonic()
     snapshot(work / "snapshot", args.rows)
     events(work / "landing", args.rows, args.batches, args.events, args.keys)
@@ -135,6 +149,10 @@ def main() -> None:
         "mirror_wall_s": round(wall, 1),
         "batch_ms": [p["ms"] for p in per_batch],
         "median_batch_ms": sorted(p["ms"] for p in per_batch)[len(per_batch) // 2] if per_batch else None,
+        # A batch's duration_ms overlaps the next one's (its apply runs behind the next decode): the time
+        # from one batch's end to the next is the steady state's cost per batch.
+        "median_interval_ms": median_interval(batches),
+        "deletion_vectors": args.deletion_vectors,
         "per_batch": per_batch,
         "generate_s": round(generated, 1),
     }

@@ -140,17 +140,10 @@ class TargetConfig(_Model):
 
     deletion_vectors: bool = Field(
         default=False,
-        description="delta-spark only: create mirrors with delta.enableDeletionVectors=true, so a MERGE "
-        "marks changed rows instead of rewriting their files (docs/configuration.md)",
+        description="create mirrors with delta.enableDeletionVectors=true, so a batch marks the rows it "
+        "changes instead of rewriting their files (delta-spark's MERGE; with delta-rs, the engine's own "
+        "commit: replicator.sinks.vectors; docs/configuration.md)",
     )
-
-    @model_validator(mode="after")
-    def _deletion_vectors(self) -> TargetConfig:
-        if self.deletion_vectors and self.writer != "delta-spark":
-            # delta-rs 1.6 neither writes deletion vectors nor reads a table that has them through its
-            # pyarrow dataset (tests/test_deletion_vectors.py).
-            raise ValueError("target.deletion_vectors needs target.writer: delta-spark")
-        return self
 
     def mirror_properties(self) -> dict[str, str]:
         """Delta table properties of the mirrors this job creates."""

@@ -1,5 +1,6 @@
-"""Mirrors with deletion vectors (delta-spark, ``target.deletion_vectors``): a MERGE marks rows instead of
-rewriting their files, every reader of the mirror skips the marked rows, and ``optimize`` purges them."""
+"""Mirrors with deletion vectors (``target.deletion_vectors``, either writer: delta-spark's MERGE, or the
+engine's own commit on delta-rs, replicator.sinks.vectors): a batch marks rows instead of rewriting their
+files, every reader of the mirror skips the marked rows, and ``optimize`` purges them."""
 
 from __future__ import annotations
 
@@ -29,19 +30,19 @@ def live_deletion_vectors(table: Path) -> int:
     return sum(1 for _path, dv in live if dv != "null")
 
 
-def test_deletion_vectors_need_the_delta_spark_writer(tmp_path):
+@pytest.mark.parametrize("writer", ["delta-rs", "delta-spark"])
+def test_deletion_vectors_are_a_table_property_of_either_writer(tmp_path, writer):
     base = {"name": "j", "source": {"type": "files", "path": "in"}, "state": {"path": "s"}}
-    with pytest.raises(Exception, match=r"deletion_vectors needs target\.writer: delta-spark"):
-        parse_config({**base, "target": {"path": "l", "deletion_vectors": True}}, "t", tmp_path)
     config = parse_config(
-        {**base, "target": {"path": "l", "writer": "delta-spark", "deletion_vectors": True}}, "t", tmp_path
+        {**base, "target": {"path": "l", "writer": writer, "deletion_vectors": True}}, "t", tmp_path
     )
     assert config.target.mirror_properties() == {"delta.enableDeletionVectors": "true"}
 
 
-@pytest.mark.slow
-@pytest.mark.delta_spark
-def test_a_mirror_with_deletion_vectors_reads_right_everywhere_and_optimize_purges_them(spark, tmp_path):
+@pytest.mark.parametrize("writer", ["delta-rs", "delta-spark"])
+def test_a_mirror_with_deletion_vectors_reads_right_everywhere_and_optimize_purges_them(
+    spark, tmp_path, writer
+):
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaProtocolError
 
@@ -49,7 +50,7 @@ def test_a_mirror_with_deletion_vectors_reads_right_everywhere_and_optimize_purg
     from replicator.commands.replay import replay_mirror_version
     from replicator.commands.status import collect_status
 
-    runner = Runner(spark, job(tmp_path, target={"writer": "delta-spark", "deletion_vectors": True}))
+    runner = Runner(spark, job(tmp_path, target={"writer": writer, "deletion_vectors": True}))
     runner.messages(tmp_path, [canal("INSERT", [order(i, f"n{i}") for i in range(1, 7)], es=ES)])
     runner.messages(
         tmp_path,

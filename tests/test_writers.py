@@ -14,9 +14,15 @@ SCHEMA = pa.schema(
 )
 
 
-@pytest.fixture(params=WRITERS)
+VECTORS = {"delta.enableDeletionVectors": "true"}
+
+
+@pytest.fixture(params=[*WRITERS, "delta-rs+vectors"])
 def writer(request, spark, tmp_path):
-    return writer_factory(request.param)(tmp_path / "t")
+    """Each writer; ``delta-rs+vectors``: delta-rs with deletion vectors, its MERGEs the engine's own
+    commits (replicator.sinks.vectors)."""
+    name, _, vectors = request.param.partition("+")
+    return writer_factory(name)(tmp_path / "t", VECTORS if vectors else None)
 
 
 def rows(data: list[tuple]) -> pa.Table:

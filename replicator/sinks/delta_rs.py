@@ -189,6 +189,20 @@ class DeltaRsWriter(MirrorWriter):
     ) -> MergeResult:
         if batch.num_rows == 0:
             return MergeResult()
+        vectors_on = self.properties.get("delta.enableDeletionVectors") == "true"
+        if vectors_on or has_deletion_vectors(self._table()):
+            from replicator.sinks import vectors
+
+            with self._writing():
+                table = self._table()
+                schema = pa.schema(table.schema().to_arrow())
+                if vectors.usable(table, self.path, batch, schema):
+                    try:
+                        return vectors.merge(
+                            table, self.path, batch, schema, key, seq_column, op_column, txn, ties=ties
+                        )
+                    except vectors.Unsupported:
+                        pass  # (a vector or checkpoint kind this writer does not read: MERGE below)
         on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
         bounds = key_range(batch, key)
         if bounds:
