@@ -65,8 +65,9 @@ def test_positions_per_dialect():
     assert seq_text([70, 6816, 5, 0, 9, 0, 0]) < cut < seq_text([70, 6817, 0])
 
 
-def test_parquet_snapshot_then_events_before_and_after_its_position(spark, tmp_path):
-    config = job(tmp_path, tables={"keys": {"shop.orders": ["id"]}})
+@pytest.mark.parametrize("vectors", [False, True], ids=["copy-on-write", "deletion-vectors"])
+def test_parquet_snapshot_then_events_before_and_after_its_position(spark, tmp_path, vectors):
+    config = job(tmp_path, tables={"keys": {"shop.orders": ["id"]}}, target={"deletion_vectors": vectors})
     snapshot = write_snapshot(tmp_path / "snap", [[1, 2, 3], [4, 5]])
     [loaded] = bootstrap(config, snapshot, POSITION, progress=False)
     assert (loaded.phase, loaded.snapshot_rows, loaded.last_position) == ("snapshot_done", 5, POSITION)
@@ -95,6 +96,12 @@ def test_parquet_snapshot_then_events_before_and_after_its_position(spark, tmp_p
         POSITION,
     )
     assert state_of(runner).phase == "incremental"
+    if vectors:  # the bootstrap created the mirror with the job's properties; the batch marked rows in it
+        from deltalake import DeltaTable
+
+        folder = tmp_path / "lake" / "shop" / "orders"
+        assert DeltaTable(str(folder)).metadata().configuration.get("delta.enableDeletionVectors") == "true"
+        assert any('"deletionVector"' in p.read_text() for p in (folder / "_delta_log").glob("*.json"))
 
     # Bootstrapping again over a mirror that went on: refused without --restart
     with pytest.raises(BootstrapError, match="--restart"):

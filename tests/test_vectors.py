@@ -157,3 +157,18 @@ def test_tables_it_must_not_write_are_merged(tmp_path):
     narrow.merge_guarded(update, KEY, "_cdc_seq", "_cdc_op", None)
     assert own_merges(tmp_path / "narrow") == 1  # the first batch only
     assert content(narrow) == [(1, "a", "insert-1", "0002")]
+
+
+def test_a_commit_never_replaces_another(tmp_path):
+    """Put-if-absent: a version another writer committed first stays as it was, and no temporary file is
+    left behind (the batch fails and is applied again from its checkpoint)."""
+    from replicator.sinks.vectors import _commit
+
+    writer = DeltaRsWriter(tmp_path / "t", VECTORS)
+    writer.create(SCHEMA)
+    log = tmp_path / "t" / "_delta_log"
+    first = (log / f"{0:020d}.json").read_bytes()
+    with pytest.raises(FileExistsError):
+        _commit(tmp_path / "t", 0, [{"commitInfo": {"operation": "MERGE"}}])
+    assert (log / f"{0:020d}.json").read_bytes() == first
+    assert sorted(p.name for p in log.iterdir()) == [f"{0:020d}.json"]

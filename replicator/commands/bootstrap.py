@@ -246,7 +246,9 @@ def load_table(
             "the manifest): the source position the snapshot was taken at"
         )
     table_id = (snapshot.database, None, snapshot.table)
-    mirror = state.writer(state.mirror_path(table_id), None, description(table_id))
+    # The job's table properties (change data feed, deletion vectors), as the engine creates a mirror with.
+    properties = config.target.mirror_properties()
+    mirror = state.writer(state.mirror_path(table_id), properties, description(table_id))
     known = state.tables().get(table_id)
     app = app_id(config)
     seq = horizon(snapshot.position)
@@ -311,7 +313,9 @@ def load_table(
         )
         state.save_tables([table_state], 0)
         bar.update(1)
-    rows = DeltaTable(mirror.path).to_pyarrow_dataset().count_rows() if mirror.exists() else 0
+    from replicator.sinks.delta_rs import count_rows
+
+    rows = count_rows(DeltaTable(mirror.path)) if mirror.exists() else 0  # (deletion vectors applied)
     event_time = parse_time(snapshot.event_time) if snapshot.event_time else None
     final = replace(
         table_state,

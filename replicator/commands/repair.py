@@ -42,6 +42,8 @@ def repair(config: JobConfig, tables: str) -> list[Repaired]:
     are left alone. Raises ReplayError when none is behind or the change log cannot rebuild them."""
     from deltalake import DeltaTable
 
+    from replicator.sinks.delta_rs import read_table
+
     if not config.changelog.enabled:
         raise ReplayError("repair rebuilds from the change log, and changelog.enabled is off for this job")
 
@@ -70,7 +72,7 @@ def repair(config: JobConfig, tables: str) -> list[Repaired]:
                 raise ReplayError(
                     f"{name}: the change log holds none of its events; restore its log files instead"
                 )
-            data = DeltaTable(str(rebuilt)).to_pyarrow_table()
+            data = read_table(DeltaTable(str(rebuilt)))  # (a mirror with deletion vectors: applied)
             # An overwrite replaces every row: only this table's mirror under target.path.
             state.check_mirror(table, known.mirror, "repair", registry)
             writer(known.mirror).overwrite(data, Txn(known.last_app, known.last_batch))

@@ -184,9 +184,21 @@ def live_files(root: Path, version: int) -> dict[tuple[str, str], dict[str, Any]
 
 
 def _commit(root: Path, version: int, actions: list[dict[str, Any]]) -> None:
-    """The next commit, created only if absent: a commit another writer made first is never replaced."""
-    with open(root / "_delta_log" / f"{version:020d}.json", "x") as out:
+    """The next commit, whole or not at all, and only if absent: written to a temporary file, then linked
+    to its name (a hard link fails if the name exists: a commit another writer made first is never
+    replaced; a kill -9 leaves no half-written commit, only the temporary file)."""
+    import os
+
+    log = root / "_delta_log"
+    temporary = log / f".{version:020d}.json.{uuid.uuid4().hex}.tmp"
+    with open(temporary, "x") as out:
         out.write("\n".join(json.dumps(a, separators=(",", ":")) for a in actions) + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+    try:
+        os.link(temporary, log / f"{version:020d}.json")
+    finally:
+        temporary.unlink()
 
 
 # ---- the MERGE ------------------------------------------------------------------------------------------

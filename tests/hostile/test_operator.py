@@ -241,8 +241,8 @@ def newest_log(table: Path) -> Path:
     return max((table / "_delta_log").glob("*.json"), key=lambda p: int(p.stem))
 
 
-def two_batches(spark, tmp_path: Path) -> Runner:
-    runner = Runner(spark, job(tmp_path))
+def two_batches(spark, tmp_path: Path, vectors: bool = False) -> Runner:
+    runner = Runner(spark, job(tmp_path, target={"deletion_vectors": vectors}))
     runner.messages(
         tmp_path / "in", [canal("INSERT", [order(i, amount=f"{i}.00") for i in (1, 2, 3)], es=ES)]
     )
@@ -277,11 +277,12 @@ def test_a_mirror_whose_newest_log_file_was_deleted_is_found_at_start_and_in_a_b
     assert "is behind" in status["tables"][0]["behind"]
 
 
-def test_repair_rebuilds_a_mirror_that_lost_its_newest_commit_from_the_change_log(spark, tmp_path):
+@pytest.mark.parametrize("vectors", [False, True], ids=["copy-on-write", "deletion-vectors"])
+def test_repair_rebuilds_a_mirror_that_lost_its_newest_commit_from_the_change_log(spark, tmp_path, vectors):
     from replicator.commands.preflight import check_state
     from replicator.commands.repair import repair
 
-    runner = two_batches(spark, tmp_path)
+    runner = two_batches(spark, tmp_path, vectors)
     mirror = Path(runner.config.target.path) / "shop" / "orders"
     expected = runner.mirror()
     assert [(r["id"], str(r["amount"])) for r in expected] == [(1, "9.99"), (3, "3.00")]
