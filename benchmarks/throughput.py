@@ -78,10 +78,15 @@ def peak_rss(pid: int, stop: threading.Event, out: list[dict[str, int]], cpu: di
     out.append(peak)
 
 
-def run_mirror(workdir: Path, files_per_trigger: int) -> tuple[float, dict[str, int], dict[str, float], str]:
+def run_mirror(
+    workdir: Path, files_per_trigger: int, vectors: bool = False
+) -> tuple[float, dict[str, int], dict[str, float], str]:
     """``mirror --available-now`` of the workload's job: (wall seconds, peak RSS by process, CPU seconds
-    by process (sampled every 0.2 s, so a short-lived process's last 0.2 s may be missed), its log)."""
+    by process (sampled every 0.2 s, so a short-lived process's last 0.2 s may be missed), its log);
+    ``vectors``: the mirrors with ``target.deletion_vectors``."""
     job = write_job(workdir, "bench", files_per_trigger)
+    if vectors:
+        job.write_text(job.read_text().replace("{path: lake}", "{path: lake, deletion_vectors: true}"))
     peak: list[dict[str, int]] = []
     cpu: dict[tuple[str, int], float] = {}
     command = mirror_command(job)
@@ -122,6 +127,9 @@ def main() -> None:
     parser.add_argument(
         "--full", action="store_true", help="the first batch inserts every key, then updates spread over them"
     )
+    parser.add_argument(
+        "--deletion-vectors", action="store_true", help="the mirrors with target.deletion_vectors: true"
+    )
     parser.add_argument("--workdir", default=str(REPO / "bench-out" / "throughput"))
     args = parser.parse_args()
     workdir = Path(args.workdir)
@@ -133,13 +141,14 @@ def main() -> None:
     # writes them back while the run reads them (measured: the 5M run 85 s after a flush, 101-105 s
     # right after generating 4 GB).
     os.sync()
-    elapsed, rss, cpu, err = run_mirror(workdir, args.files_per_trigger)
+    elapsed, rss, cpu, err = run_mirror(workdir, args.files_per_trigger, args.deletion_vectors)
     batches = batch_lines(err)
     floor_s = floor(paths, workdir)
     from deltalake import DeltaTable
 
     rows = DeltaTable(str(workdir / "lake" / "bench" / "orders")).count()
     result = {
+        "deletion_vectors": args.deletion_vectors,
         "events": args.events,
         "keys": args.keys,
         "full": args.full,
