@@ -200,8 +200,8 @@ class DeltaRsWriter(MirrorWriter):
     ) -> MergeResult:
         if batch.num_rows == 0:
             return MergeResult()
-        vectors_on = self.properties.get("delta.enableDeletionVectors") == "true"
-        if vectors_on or has_deletion_vectors(self._table()):
+        # A job with target.deletion_vectors (its mirrors' properties); a mirror made without them MERGEs.
+        if self.properties.get("delta.enableDeletionVectors") == "true":
             from replicator.sinks import vectors
 
             with self._writing():
