@@ -242,7 +242,10 @@ def merge(
     root = Path(path)
     version = table.version()
     files = live_files(root, version)
-    batch = batch.select(schema.names).cast(schema)
+    try:
+        batch = batch.select(schema.names).cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise Unsupported(f"a batch not in the mirror's types: {exc}") from None  # (the MERGE casts)
     source = batch.select(list(key)).append_column("__source", pa.array(np.arange(batch.num_rows)))
     matched = np.zeros(batch.num_rows, bool)
     applied = np.zeros(batch.num_rows, bool)
