@@ -61,7 +61,7 @@ def usable(table: Any, path: str, batch: pa.Table, schema: pa.Schema) -> bool:
     settings = metadata.configuration
     if settings.get("delta.enableDeletionVectors") != "true" or metadata.partition_columns:
         return False
-    if any(k == "delta.enableChangeDataFeed" and v == "true" for k, v in settings.items()):
+    if settings.get("delta.enableChangeDataFeed") == "true":
         return False
     if any(k.startswith("delta.constraints.") for k in settings):
         return False
