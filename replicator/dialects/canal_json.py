@@ -143,7 +143,7 @@ class CanalJson(Dialect):
         # tests/dialects/test_canal_plain.py compares)
         self.plain = is_plain(self)
         # canal_plain.read_records' cache: raw type maps per table
-        self.raw_types: dict[Any, tuple[Any, Any, Image, Any]] = {}
+        self.raw_types: dict[Any, tuple[Any, Any, Image, Any, Any]] = {}
 
     def disambiguate(self, message: dict[str, Any]) -> bool:
         """Canal, never DRS: a parameterised mysqlType (``int(11)``; DRS writes bare names, seed 003), a

@@ -133,6 +133,9 @@ class Events:
         self.usual: list[tuple[Any, ...]] = []
         self.usual_batch = 0  # the micro-batch of the usual rows (part of their seq)
         self.slots: list[tuple[str, str, str, list[str], Image]] = []  # (dialect, database, table, pk, types)
+        # Per slot, the columns its usual rows' images hold the values of, in order (an image is then a
+        # tuple or list of values, canal_plain._RowReader), or None (its images are dicts).
+        self.slot_columns: list[tuple[str, ...] | None] = []
         self._slot_of: dict[tuple[Any, ...], int] = {}
         # (usual rows, rows) when a record went to the general path between usual ones: the rows it added
         # follow those usual rows (to_arrow keeps the order the records came in).
@@ -142,13 +145,22 @@ class Events:
         """The rows of the general layout (what :meth:`mark` and :meth:`rollback` count)."""
         return len(self.rows)
 
-    def slot(self, dialect: str, database: str, table: str, primary_key: list[str], types: Image) -> int:
+    def slot(
+        self,
+        dialect: str,
+        database: str,
+        table: str,
+        primary_key: list[str],
+        types: Image,
+        columns: tuple[str, ...] | None = None,
+    ) -> int:
         """The slot of a table's identity for usual rows (the same objects, the same slot)."""
-        ident = (dialect, database, table, id(primary_key), id(types))
+        ident = (dialect, database, table, id(primary_key), id(types), id(columns))
         found = self._slot_of.get(ident)
         if found is None:  # the slot keeps the objects alive: their ids stay theirs
             found = self._slot_of[ident] = len(self.slots)
             self.slots.append((dialect, database, table, primary_key, types))
+            self.slot_columns.append(columns)
         return found
 
     def general_follows(self) -> None:
@@ -348,8 +360,8 @@ class Events:
             "table": pa.array(tables, string).take(slots),
             "op": pa.array(columns[_U_OP], string),
             "primary_key": pa.array(keys, schema.field("primary_key").type).take(slots),
-            "after": pa.array(columns[_U_AFTER], schema.field("after").type),
-            "before": pa.array(columns[_U_BEFORE], schema.field("before").type),
+            "after": _images(columns[_U_AFTER], slots, self.slot_columns, schema.field("after").type),
+            "before": _images(columns[_U_BEFORE], slots, self.slot_columns, schema.field("before").type),
             "source_types": pa.array(types, schema.field("source_types").type).take(slots),
             "meta": meta,
             "seq": seq,
@@ -410,6 +422,56 @@ class Events:
             fields=list(struct_type),
         )
         return pa.table([arrays[f.name] for f in schema], schema=schema)
+
+
+def _images(
+    images: Sequence[Any], slots: pa.Array, slot_columns: list[tuple[str, ...] | None], map_type: pa.DataType
+) -> pa.Array:
+    """Usual rows' images -> a map column. An image is a dict, None, or its slot's columns' values (a tuple
+    or list, canal_plain._RowReader): when every image is values or None, the values become one text
+    array and the keys are taken from the slots' column names (measured: 0.5 against 1.4 µs per image
+    through dicts); a value marking an absent column, or any dict, makes each image a dict."""
+    import numpy as np
+    import pyarrow as pa
+
+    kinds = set(map(type, images))
+    if dict not in kinds and kinds != {type(None)}:
+        try:
+            values = pa.array([v for image in images if image is not None for v in image], pa.string())
+        except (pa.ArrowTypeError, pa.ArrowInvalid):  # an absent column's marker: not text
+            values = None
+        if values is not None:
+            widths = np.array([len(c) if c is not None else -1 for c in slot_columns], np.int64)
+            starts = np.concatenate([[0], np.cumsum(np.maximum(widths, 0))[:-1]])
+            names = pa.array(
+                [c for columns in slot_columns if columns is not None for c in columns], pa.string()
+            )
+            at = np.asarray(slots)
+            valid = np.fromiter((image is not None for image in images), bool, len(images))
+            lengths = np.where(valid, widths[at], 0)
+            if (lengths >= 0).all():
+                ends = np.cumsum(lengths)
+                firsts = ends - lengths
+                keys = names.take(
+                    pa.array(
+                        np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(firsts - starts[at], lengths)
+                    )
+                )
+                offsets = pa.array(np.concatenate([[0], ends]).astype(np.int32))
+                return pa.MapArray.from_arrays(offsets, keys, values, type=map_type, mask=pa.array(~valid))
+    return pa.array(
+        [
+            image if type(image) is dict or image is None else _as_image(image, slot_columns[slot])
+            for image, slot in zip(images, slots.to_pylist(), strict=True)
+        ],
+        map_type,
+    )
+
+
+def _as_image(values: Sequence[Any], columns: tuple[str, ...] | None) -> dict[str, Any]:
+    """A row's values as its image: the columns it holds (a non-text value marks one it does not)."""
+    assert columns is not None
+    return {c: v for c, v in zip(columns, values, strict=True) if v is None or type(v) is str}
 
 
 def _shared(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:

@@ -40,10 +40,24 @@ def both_ways(records: pa.Table) -> tuple[pa.Table, pa.Table, int]:
     return tables[0], tables[1], records.num_rows - len(left)
 
 
-def assert_same(fast: pa.Table, general: pa.Table) -> None:
+def assert_same(fast: pa.Table, general: pa.Table, ordered: bool = False) -> None:
+    """Equal tables. The fast reader gives a row image's columns in the table's order (mysqlType's), the
+    general path in the message's: unless ``ordered`` (messages whose rows follow mysqlType's order, as
+    canal writes them), the images' entries are compared as sets."""
     assert fast.schema == general.schema
-    assert fast.to_pylist() == general.to_pylist()
-    assert fast.equals(general)
+    if ordered:
+        assert fast.to_pylist() == general.to_pylist()
+        assert fast.equals(general)
+        return
+
+    def entries(table: pa.Table) -> list[dict]:
+        rows = table.to_pylist()
+        for r in rows:
+            for name in ("after", "before"):
+                r[name] = None if r[name] is None else sorted(r[name])
+        return rows
+
+    assert entries(fast) == entries(general)
 
 
 def fixture_records() -> pa.Table:
@@ -58,7 +72,7 @@ def fixture_records() -> pa.Table:
 
 def test_golden_inputs_decode_the_same_both_ways():
     fast, general, taken = both_ways(fixture_records())
-    assert_same(fast, general)
+    assert_same(fast, general, ordered=True)
     assert taken > 0  # the fixtures hold usual row messages: the fast reader is exercised
 
 
@@ -71,7 +85,7 @@ def test_workload_messages_take_the_fast_reader():
 
     records = raw_records([orjson.dumps(m) for m in events(300, 40)])
     fast, general, taken = both_ways(records)
-    assert_same(fast, general)
+    assert_same(fast, general, ordered=True)
     assert taken == 300
 
 
@@ -207,7 +221,14 @@ stream_message = st.fixed_dictionaries(
 def test_a_stream_of_usual_messages_reads_the_same_both_ways(messages):
     fast, general, taken = both_ways(raw_records([json.dumps(m) for m in messages]))
     assert_same(fast, general)
-    usual = [m for m in messages if m["pkNames"] and all(r["id"] is not None for r in m["data"])]
+    usual = [
+        m
+        for m in messages
+        if m["pkNames"]
+        and all(r["id"] is not None for r in m["data"])
+        # a row holding a column the type maps do not name is read the general way
+        and all(set(r) <= {*m["mysqlType"], *m["sqlType"]} for r in m["data"])
+    ]
     assert taken == len(usual)
 
 
