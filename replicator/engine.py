@@ -768,15 +768,15 @@ def _history_events(
     """Every event of the history tables (their DML from the decode tasks' files, their barrier events from
     the batch's small results), in the decoded columns the history reads; the type map of each table is
     the batch's merged one (the fold's events do not carry theirs)."""
-    from replicator.decode import FOLD_COLUMNS
+    from replicator.decode import FOLD_COLUMNS, with_seq_text
     from replicator.dialects.events import decoded_schema
 
     schema = decoded_schema()
-    columns = [*FOLD_COLUMNS, "source_types", "ddl_kind", "ddl_sql", "table_changes"]
+    columns = [*FOLD_COLUMNS, "seq_text", "source_types", "ddl_kind", "ddl_sql", "table_changes"]
     fields = pa.schema(
         [pa.field("seq_text", pa.string()) if c == "seq_text" else schema.field(c) for c in columns]
     )
-    dml = batch.select(tables, list(FOLD_COLUMNS))
+    dml = with_seq_text(batch.select(tables, list(FOLD_COLUMNS)))
     parts = []
     if dml.num_rows:
         labels = table_labels(dml)

@@ -374,17 +374,19 @@ def decode(
     options: DecodeOptions | None = None,
     batch_id: int = 0,
     sort_keys: bool = False,
+    seq_text: bool = True,
 ) -> pa.Table:
     """Raw records (raw, source, partition, offset) -> decoded events and error rows, in one process.
 
-    ``sort_keys`` adds the engine's derived columns ``seq_text`` and ``type_key`` (computed where the
-    decoding runs, in parallel)."""
+    ``sort_keys`` adds the engine's derived columns ``seq_text`` (unless not ``seq_text``: the decode
+    tasks leave it to the fold) and ``type_key`` (computed where the decoding runs, in parallel)."""
     with gc_paused():
         events = Decoder(dialect, options).records(record_tuples(records), batch_id)
         table = events.to_arrow()
         if sort_keys:
             from replicator.dialects.events import seq_texts
 
-            table = table.append_column("seq_text", seq_texts(table["seq"]))
+            if seq_text:
+                table = table.append_column("seq_text", seq_texts(table["seq"]))
             table = table.append_column("type_key", events.type_keys())
         return table
