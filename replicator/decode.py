@@ -296,10 +296,13 @@ def type_counts(dml: pa.Table) -> pa.Table:
 # How the change log's Parquet is written. Dictionaries only for the columns that repeat (row images and
 # seqs hardly do), statistics only for the columns a reader filters a change log by, zstd: measured on the
 # benchmark's events, 3.2 -> 2.0 µs per event of a decode task's CPU, and 37 -> 16 MB per 200k events.
+# Larger write batches and pages (a slice is 10,000 events): 2.60 -> 2.36 µs per event, the same size.
 CHANGELOG_PARQUET = {
     "compression": "zstd",
     "use_dictionary": ["dialect", "schema", "op", "primary_key", "source_types", "meta"],
     "write_statistics": ["batch_id", "event_time"],
+    "write_batch_size": 65_536,
+    "data_page_size": 8 << 20,
 }
 
 

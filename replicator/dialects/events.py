@@ -431,13 +431,15 @@ def _images(
     or list, canal_plain._RowReader): when every image is values or None, the values become one text
     array and the keys are taken from the slots' column names (measured: 0.5 against 1.4 µs per image
     through dicts); a value marking an absent column, or any dict, makes each image a dict."""
+    from itertools import chain
+
     import numpy as np
     import pyarrow as pa
 
     kinds = set(map(type, images))
     if dict not in kinds and kinds != {type(None)}:
         try:
-            values = pa.array([v for image in images if image is not None for v in image], pa.string())
+            values = pa.array(list(chain.from_iterable(filter(None, images))), pa.string())
         except (pa.ArrowTypeError, pa.ArrowInvalid):  # an absent column's marker: not text
             values = None
         if values is not None:
