@@ -67,6 +67,9 @@ bench: install ## the benchmarks of docs/performance.md (about 80 minutes); resu
 	$(BIN)/python -m compileall -q replicator jobs  # as installed: the bytecode of the current sources
 	$(BIN)/python benchmarks/throughput.py
 	$(BIN)/python benchmarks/throughput.py --events 5000000 --keys 500000 --per-file 50000 --files-per-trigger 10 --workdir bench-out/throughput-5m
+	@# issue 32's catch-up after a bootstrap, and one decode task of it in one process
+	$(BIN)/python benchmarks/throughput.py --events 5000000 --keys 500000 --per-file 50000 --files-per-trigger 10 --full --workdir bench-out/throughput-5m-full
+	$(BIN)/python benchmarks/decode_task.py --workdir bench-out/throughput-5m-full
 	$(BIN)/python benchmarks/cluster_cpu.py
 	$(BIN)/python benchmarks/cluster_cpu.py --workdir bench-out/cluster_cpu-driver-options "--driver-java-options=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1" --conf spark.sql.codegen.wholeStage=false
 	$(BIN)/python benchmarks/cluster_cpu.py --workdir bench-out/cluster_cpu-class-archive "--driver-java-options=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1" --conf spark.sql.codegen.wholeStage=false --class-archive

@@ -79,18 +79,19 @@ def peak_rss(pid: int, stop: threading.Event, out: list[dict[str, int]], cpu: di
 
 
 def run_mirror(
-    workdir: Path, files_per_trigger: int, vectors: bool = False
+    workdir: Path, files_per_trigger: int, vectors: bool = False, cwd: Path = REPO
 ) -> tuple[float, dict[str, int], dict[str, float], str]:
     """``mirror --available-now`` of the workload's job: (wall seconds, peak RSS by process, CPU seconds
     by process (sampled every 0.2 s, so a short-lived process's last 0.2 s may be missed), its log);
-    ``vectors``: the mirrors with ``target.deletion_vectors``."""
+    ``vectors``: the mirrors with ``target.deletion_vectors``; ``cwd``: where the command runs (first on
+    its ``sys.path``)."""
     job = write_job(workdir, "bench", files_per_trigger)
     if vectors:
         job.write_text(job.read_text().replace("{path: lake}", "{path: lake, deletion_vectors: true}"))
     peak: list[dict[str, int]] = []
     cpu: dict[tuple[str, int], float] = {}
     command = mirror_command(job)
-    elapsed, _out, err = run_watched(command, lambda pid, stop: peak_rss(pid, stop, peak, cpu), cwd=REPO)
+    elapsed, _out, err = run_watched(command, lambda pid, stop: peak_rss(pid, stop, peak, cpu), cwd=cwd)
     by_kind: dict[str, float] = {"driver": 0.0, "jvm": 0.0, "workers": 0.0}
     for (kind, _pid), seconds in cpu.items():
         by_kind[kind] += seconds
