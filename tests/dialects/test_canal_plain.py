@@ -270,3 +270,17 @@ def test_a_row_without_one_of_its_tables_columns_reads_the_same_both_ways():
     assert taken == len(stream)
     assert fast["after"].to_pylist()[1] == [("id", "2"), ("n", None)]
     assert fast["before"].to_pylist()[3] == [("id", "4"), ("name", "d")]
+
+
+def test_tables_read_as_values_and_as_dicts_in_one_slice_read_the_same_both_ways():
+    """One table with a binary column (its rows normalized as dicts) beside one without (its rows kept as
+    values): both kinds of image in one Arrow column."""
+    types = {"id": "bigint(20)", "name": "varchar(8)"}
+    plain = {**USUAL, "table": "u", "mysqlType": types, "sqlType": {"id": -5, "name": 12}}
+    stream = [USUAL, {**plain, "old": [{"name": "z"}]}, USUAL, {**plain, "type": "DELETE", "old": None}]
+    stream[1]["data"] = stream[3]["data"] = [{"id": "7", "name": "y"}]
+    fast, general, taken = both_ways(raw_records([json.dumps(m) for m in stream]))
+    assert_same(fast, general, ordered=True)
+    assert taken == len(stream)
+    assert fast["table"].to_pylist() == ["t", "u", "t", "u"]
+    assert fast["before"].to_pylist()[1] == [("id", "7"), ("name", "z")]
