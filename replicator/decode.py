@@ -249,15 +249,6 @@ def group_counts(events: pa.Table) -> pa.Table:
     return frame.group_by(keys, use_threads=False).aggregate([("first", "sum"), ("first", "count")])
 
 
-def with_seq_text(events: pa.Table) -> pa.Table:
-    """``events`` with their ``seq_text`` column (made from ``seq`` where they have none)."""
-    from replicator.dialects.events import seq_texts
-
-    if "seq_text" in events.column_names:
-        return events
-    return events.append_column("seq_text", seq_texts(events["seq"]))
-
-
 def type_counts(dml: pa.Table) -> pa.Table:
     """Per (table, type map): the first and last seq that carried it (engine.merge_types merges them).
 
@@ -266,6 +257,8 @@ def type_counts(dml: pa.Table) -> pa.Table:
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
+
+    from replicator.dialects.events import seq_texts, with_seq_text
 
     keys = type_keys(dml)
     keys = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
@@ -288,8 +281,6 @@ def type_counts(dml: pa.Table) -> pa.Table:
     ends = groups.aggregate([("_rank", "min"), ("_rank", "max")])
     first = seq.take(pa.array(order[ends["_rank_min"].to_numpy()]))
     last = seq.take(pa.array(order[ends["_rank_max"].to_numpy()]))
-    from replicator.dialects.events import seq_texts
-
     return pa.table([*(ends[n] for n in names), seq_texts(first), seq_texts(last)], names=out)
 
 
@@ -454,6 +445,7 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
 
     from replicator import exchange
     from replicator.dialects.base import gc_paused
+    from replicator.dialects.events import with_seq_text
 
     payload.freeze_heap()
     groups: list[pa.Table] = []
@@ -486,7 +478,7 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
                 kept = kept.drop_columns(["raw", "error"])
                 is_barrier = pc.and_(pc.is_in(kept["op"], pa.array(BARRIER_OPS)), pc.is_valid(kept["table"]))
                 if pc.any(is_barrier).as_py():
-                    rows = with_seq_text(kept.filter(is_barrier))
+                    rows = with_seq_text(kept.filter(is_barrier))  # (the decoder made none)
                     barriers.append(
                         rows.drop_columns([c for c in ("type_key", "batch_id") if c in rows.column_names])
                     )

@@ -768,8 +768,8 @@ def _history_events(
     """Every event of the history tables (their DML from the decode tasks' files, their barrier events from
     the batch's small results), in the decoded columns the history reads; the type map of each table is
     the batch's merged one (the fold's events do not carry theirs)."""
-    from replicator.decode import FOLD_COLUMNS, with_seq_text
-    from replicator.dialects.events import decoded_schema
+    from replicator.decode import FOLD_COLUMNS
+    from replicator.dialects.events import decoded_schema, with_seq_text
 
     schema = decoded_schema()
     columns = [*FOLD_COLUMNS, "seq_text", "source_types", "ddl_kind", "ddl_sql", "table_changes"]

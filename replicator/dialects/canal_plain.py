@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import orjson
 
-from replicator.dialects.events import MAX_MICROS, MIN_MICROS, At, Events
+from replicator.dialects.events import MAX_MICROS, MIN_MICROS, At, Events, values_image
 from replicator.dialects.jsontext import INT64, TEXT_OR_NULL, image
 
 if TYPE_CHECKING:
@@ -171,7 +171,7 @@ def read_records(
                 values = astuple(struct)
                 changed = old[at] if at < len(old) else None
                 if facts:  # normalized as dicts (canal's binary columns: canal_json.binary_as_hex)
-                    row = normalize(_as_dict(columns, values), types, facts)
+                    row = normalize(values_image(columns, values), types, facts)
                     if None in map(row.get, pk):  # type: ignore[union-attr]
                         raise _General
                     after, before = _images(op, row, changed, normalize, types, facts)  # type: ignore[arg-type]
@@ -185,11 +185,6 @@ def read_records(
             del usual[first:]
             out.general_follows()
             general(raw, At(batch_id, source, partition, offset, 0, raw, key), out)
-
-
-def _as_dict(columns: tuple[str, ...], values: tuple[Any, ...]) -> Row:
-    """A row's values (a _RowReader struct's) as its image: the columns it holds, in the table's order."""
-    return {c: v for c, v in zip(columns, values, strict=True) if v is not _ABSENT}
 
 
 def _values(op: str, values: tuple[Any, ...], changed: Row | None, index: dict[str, int]) -> tuple[Any, Any]:

@@ -39,6 +39,14 @@ def seq_texts(seq: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pc.binary_join(pa.ListArray.from_arrays(offsets, padded), ".")
 
 
+def with_seq_text(events: pa.Table) -> pa.Table:
+    """``events`` with their ``seq_text`` column (made from ``seq`` where they have none: the decode tasks
+    leave it to the fold, replicator.decode.FOLD_COLUMNS)."""
+    if "seq_text" in events.column_names:
+        return events
+    return events.append_column("seq_text", seq_texts(events["seq"]))
+
+
 @cache
 def decoded_schema() -> pa.Schema:
     """The change-event contract (model.EVENT_COLUMNS, in order) plus ``error`` and ``raw``, as Arrow."""
@@ -463,15 +471,16 @@ def _images(
                 return pa.MapArray.from_arrays(offsets, keys, values, type=map_type, mask=pa.array(~valid))
     return pa.array(
         [
-            image if type(image) is dict or image is None else _as_image(image, slot_columns[slot])
+            image if type(image) is dict or image is None else values_image(slot_columns[slot], image)
             for image, slot in zip(images, slots.to_pylist(), strict=True)
         ],
         map_type,
     )
 
 
-def _as_image(values: Sequence[Any], columns: tuple[str, ...] | None) -> dict[str, Any]:
-    """A row's values as its image: the columns it holds (a non-text value marks one it does not)."""
+def values_image(columns: tuple[str, ...] | None, values: Sequence[Any]) -> dict[str, Any]:
+    """A row read as its table's values (canal_plain._RowReader) as its image: the columns it holds, in the
+    table's order (any value that is not text or NULL marks a column it does not hold)."""
     assert columns is not None
     return {c: v for c, v in zip(columns, values, strict=True) if v is None or type(v) is str}
 

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replicator.dialects.events import SEQ_SYSTEM, decoded_schema, seq_texts
+from replicator.dialects.events import SEQ_SYSTEM, decoded_schema, with_seq_text
 from replicator.model import DML_OPS, SEQ_WIDTH, TableId, keep, key_changes, seq_text
 
 PATCH_META = "mongo_update"
@@ -155,17 +155,16 @@ def _key_list(values: list[pa.Array]) -> pa.Array:
     return pa.ListArray.from_arrays(offsets, pa.concat_arrays(values).take(pa.array(order)))
 
 
-def _seq_sort_keys(
-    seq: pa.ChunkedArray | pa.Array, seq_text: pa.ChunkedArray | pa.Array | None
-) -> dict[str, pa.Array | pa.ChunkedArray]:
+def _seq_sort_keys(rows: pa.Table) -> dict[str, pa.Array | pa.ChunkedArray]:
     """Sort keys in ``seq`` order: its parts as integer columns when every ``seq`` has the same length
     (compared as ``seq_text`` compares them: negative parts as 0), else the text itself (slower; made
-    from ``seq`` when not given)."""
+    from ``seq`` where the rows came without)."""
+    seq = rows["seq"]
     seq = seq.combine_chunks() if isinstance(seq, pa.ChunkedArray) else seq
     lengths = pc.list_value_length(seq)
     n = len(seq)
     if n == 0 or seq.null_count or pc.min(lengths).as_py() != pc.max(lengths).as_py():
-        return {"_s": seq_texts(seq) if seq_text is None else seq_text}
+        return {"_s": with_seq_text(rows)["seq_text"]}
     width = pc.min(lengths).as_py()
     flat = np.maximum(pc.list_flatten(seq).to_numpy(), 0).reshape(n, width)
     varying = [
@@ -189,9 +188,8 @@ def fold_table(
     n = rows.num_rows
     # The decode tasks send no seq text (~150 characters an event, 0.7 µs to make): it is made here for the
     # winners alone, or for every event where barriers or patches compare it.
-    lazy = "seq_text" not in rows.column_names
-    if lazy and barriers:
-        rows, lazy = _with_seq_text(rows), False
+    if barriers:
+        rows = with_seq_text(rows)
     segment = _segments(rows, barriers, systems)
     op = rows["op"].combine_chunks()
     is_delete = pc.equal(op, "delete")
@@ -205,12 +203,12 @@ def fold_table(
     patch = pc.map_lookup(rows["meta"], PATCH_META, "first")
     document = pc.map_lookup(rows["meta"], DOCUMENT_META, "first")
     if patch.null_count < len(patch) or document.null_count < len(document):
-        rows = _with_seq_text(rows) if lazy else rows
+        rows = with_seq_text(rows)
         return _fold_with_patches(rows, key, segment, changed, before, after, key_cols, old_key, patch)
 
     # The sort keys of every event, plus one "delete of the old key" per key change (extra = True).
     source = pa.array(np.arange(n, dtype=np.int64))
-    seq_keys = _seq_sort_keys(rows["seq"], None if lazy else rows["seq_text"])
+    seq_keys = _seq_sort_keys(rows)
     small = {
         "segment": segment,
         **{f"_k{i}": c for i, c in enumerate(key_cols)},
@@ -250,21 +248,14 @@ def fold_table(
         keys=_key_list([last[k].combine_chunks() for k in key_names]),
         op=pc.if_else(extra, pa.scalar("delete"), op.take(at)),
         image=images.take(pa.array(picks)),
-        rows=_with_seq_text(
-            rows.select(
-                ["primary_key", "seq", "event_time", "position", "coordinates"]
-                + ([] if lazy else ["seq_text"])
-                + (["meta"] if "meta" in rows.column_names else [])
-            ).take(at)
+        rows=with_seq_text(  # the winners' text, where the events came without
+            rows.select([c for c in _WINNER_COLUMNS if c in rows.column_names]).take(at)
         ),
     )
 
 
-def _with_seq_text(rows: pa.Table) -> pa.Table:
-    """``rows`` with their ``seq_text`` column (made from ``seq`` where they have none)."""
-    if "seq_text" in rows.column_names:
-        return rows
-    return rows.append_column("seq_text", seq_texts(rows["seq"]))
+# What a net change keeps of its winning event (seq_text where the events have it, meta where they do).
+_WINNER_COLUMNS = ("primary_key", "seq", "seq_text", "event_time", "position", "coordinates", "meta")
 
 
 def _chunks(column: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
