@@ -39,7 +39,10 @@ def test_deletion_vectors_are_a_table_property_of_either_writer(tmp_path, writer
     assert config.target.mirror_properties() == {"delta.enableDeletionVectors": "true"}
 
 
-@pytest.mark.parametrize("writer", ["delta-rs", "delta-spark"])
+# delta-spark's variant needs its jars and a Delta Spark session: marked as before (test-fast leaves it out)
+@pytest.mark.parametrize(
+    "writer", ["delta-rs", pytest.param("delta-spark", marks=[pytest.mark.slow, pytest.mark.delta_spark])]
+)
 def test_a_mirror_with_deletion_vectors_reads_right_everywhere_and_optimize_purges_them(
     spark, tmp_path, writer
 ):
