@@ -5,7 +5,10 @@ Plain Python, so that ``import replicator`` stays light.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Op = Literal["insert", "update", "delete", "snapshot", "truncate", "ddl"]
 DML_OPS: tuple[str, ...] = ("insert", "update", "delete", "snapshot")
@@ -132,7 +135,20 @@ def map_values(maps: Any, names: Any) -> list[Any]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if isinstance(maps, pa.ChunkedArray):
+        maps = maps.combine_chunks()
     n = len(maps)
+    uniform = _uniform_layout(maps)
+    if uniform is not None:  # every image the same keys in the same order: each name's values by position
+        starts, pattern, usable = uniform
+        out = []
+        for name in names:
+            if name not in pattern:
+                out.append(pa.nulls(n, maps.type.item_type))
+                continue
+            at = starts + pattern.index(name)  # (a repeated key: its first entry, as map_lookup "first")
+            out.append(maps.items.take(pa.array(at, mask=~usable)))
+        return out
     entries, parents = map_entries(maps)
     keys, values = entries.field("key"), entries.field("value")
     every_row = np.arange(n)
@@ -147,6 +163,45 @@ def map_values(maps: Any, names: Any) -> list[Any]:
         index[rows[::-1]] = hits[::-1]  # written last to first: a repeated key's first entry wins
         out.append(values.take(pa.array(index, mask=index < 0)))
     return out
+
+
+def _uniform_layout(maps: Any) -> tuple[np.ndarray, list[str], np.ndarray] | None:
+    """Where every non-empty map of a ``MAP<STRING, STRING>`` array holds the same keys in the same order
+    (the usual images: a table's columns in its order), each row's first entry (an absolute position in
+    the map's items), those keys, and which rows hold them (valid and non-empty); else None.
+
+    Checked on the keys' raw bytes and lengths with NumPy, without a string comparison per entry: typing
+    300k nine-column images spent 1.45 µs per row looking their values up by name, most of its time."""
+    import numpy as np
+    import pyarrow as pa
+
+    if len(maps) == 0 or not pa.types.is_string(maps.type.key_type):
+        return None
+    offsets = np.asarray(maps.offsets, np.int64)  # absolute positions in the items (sliced maps too)
+    lengths = np.diff(offsets)
+    nonzero = np.flatnonzero(lengths)
+    if len(nonzero) == 0:
+        return None
+    k = int(lengths[nonzero[0]])
+    if not np.all(lengths[nonzero] == k):
+        return None
+    keys = maps.keys
+    first, end = int(offsets[0]), int(offsets[-1])  # empty rows hold no entries: the rest are back to back
+    buffers = keys.buffers()
+    key_offsets = np.frombuffer(buffers[1], np.int32, len(keys) + 1, keys.offset * 4)[first : end + 1]
+    key_lengths = np.diff(key_offsets)
+    rows = len(nonzero)
+    if not np.array_equal(key_lengths, np.tile(key_lengths[:k], rows)):
+        return None
+    data = np.frombuffer(buffers[2], np.uint8)[key_offsets[0] : key_offsets[-1]] if buffers[2] else None
+    width = int(key_offsets[k] - key_offsets[0])
+    if data is not None and not np.array_equal(data, np.tile(data[:width], rows)):
+        return None
+    pattern = keys.slice(first, k).to_pylist()
+    usable = lengths == k
+    if maps.null_count:
+        usable &= np.asarray(maps.is_valid())
+    return offsets[:-1], pattern, usable
 
 
 def key_changes(op: Any, before: Any, after: Any, key: Any) -> tuple[list[Any], list[Any], Any]:

@@ -9,6 +9,7 @@ driver's key); and the driver's fold, which must keep the same."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import tempfile
 
@@ -24,7 +25,7 @@ from replicator.dialects.base import decode
 from replicator.fold import FoldPlan, fold_batch, fold_tasks
 from replicator.fold import typed as fold_typed
 from replicator.fold.arrow import fold
-from replicator.model import map_values, map_without
+from replicator.model import _uniform_layout, map_values, map_without
 from tests.dialects.golden import raw_records
 from tests.helpers import canal, order
 
@@ -194,6 +195,66 @@ def test_map_values_reads_a_map_as_map_lookup_does(rows, start):
     got = map_values(maps, names)
     for name, values in zip(names, got, strict=True):
         assert values.equals(pc.map_lookup(maps, pa.scalar(name, pa.string()), "first")), name
+
+
+patterns = st.lists(st.sampled_from(["id", "name", "é", "", "ab", "ba", "nom"]), min_size=1, max_size=5)
+
+
+@st.composite
+def same_keys(draw):
+    """Images that mostly hold one key list in one order (the usual images), with NULL and empty maps, and
+    now and then one that differs by a key of the same length ("ab"/"ba"), a missing or an added entry."""
+    pattern = draw(patterns)
+    rows = []
+    for kind in draw(st.lists(st.sampled_from(["same"] * 6 + ["null", "empty", "other"]), max_size=25)):
+        values = draw(st.lists(st.none() | st.text(max_size=3), min_size=len(pattern), max_size=len(pattern)))
+        row = list(zip(pattern, values, strict=True))
+        if kind == "null":
+            row = None
+        elif kind == "empty":
+            row = []
+        elif kind == "other":
+            change = draw(st.sampled_from(["swap", "drop", "add"]))
+            if change == "swap":
+                at = draw(st.integers(0, len(row) - 1))
+                row[at] = ({"ab": "ba", "ba": "ab"}.get(row[at][0], "x" * len(row[at][0])), row[at][1])
+            elif change == "drop":
+                row = row[:-1]
+            else:
+                row = [*row, ("id", "extra")]
+        rows.append(row)
+    return rows
+
+
+@given(rows=same_keys(), start=st.integers(0, 3), chunks=st.integers(1, 3))
+def test_map_values_reads_same_key_images_as_map_lookup_does(rows, start, chunks):
+    """The usual images (one key list in one order) are read by position (model._uniform_layout), and give
+    what ``map_lookup(..., "first")`` gives, NULL and empty maps, a repeated key, slices and chunks included;
+    an image that differs anywhere sends the array the general way, with the same result."""
+    maps = pa.array([None] * start + rows, pa.map_(pa.string(), pa.string())).slice(start)
+    cut = [len(rows) * i // chunks for i in range(chunks + 1)]
+    chunked = pa.chunked_array([maps.slice(a, b - a) for a, b in itertools.pairwise(cut)], maps.type)
+    names = ["id", "name", "é", "", "ab", "ba", "nom", "absent"]
+    for array in (maps, chunked):
+        got = map_values(array, names)
+        for name, values in zip(names, got, strict=True):
+            expected = pc.map_lookup(maps, pa.scalar(name, pa.string()), "first")
+            assert values.equals(expected), name
+
+
+def test_same_key_images_are_read_by_position_and_others_are_not() -> None:
+    """The positional read is taken for the usual images only (NULL and empty maps among them); a key of
+    the same length in another row ("ba" for "ab") is caught by the bytes' check."""
+    usual = [[("id", "1"), ("ab", None)], None, [], [("id", "2"), ("ab", "y")]]
+    maps = pa.array(usual, pa.map_(pa.string(), pa.string()))
+    starts, pattern, usable = _uniform_layout(maps)
+    assert (starts.tolist(), pattern, usable.tolist()) == (
+        [0, 2, 2, 2],
+        ["id", "ab"],
+        [True, False, False, True],
+    )
+    assert _uniform_layout(pa.array([*usual, [("id", "3"), ("ba", "z")]], maps.type)) is None
+    assert _uniform_layout(pa.array([*usual, [("id", "3")]], maps.type)) is None
 
 
 @given(rows=images, start=st.integers(0, 3), names=st.lists(st.sampled_from(["id", "name", "é", "x"])))
