@@ -166,34 +166,21 @@ class Engine:
         return self._run(inputs, kind, batch_id, started)
 
     def submit(self, frame: DataFrame, batch_id: int) -> None:
-        """A streaming micro-batch decoded now, planned, folded and applied in the background while the
-        caller goes on with the next one (whose decoding overlaps it; its planning waits for it). Until
-        applied, the batch's inputs are noted in the state (State.note_pending): a crash after Spark
-        committed the batch leaves them for :meth:`recover`. Summaries go to :attr:`on_batch`; an error
-        is raised by the next :meth:`submit`, :meth:`process` or :meth:`drain`."""
+        """A streaming micro-batch decoded and folded now, applied in the background while the caller goes
+        on with the next one (whose decoding overlaps it; its planning waits for it). Until applied, the
+        batch's inputs are noted in the state (State.note_pending): a crash after Spark committed the
+        batch leaves them for :meth:`recover`. Summaries go to :attr:`on_batch`; an error is raised by
+        the next :meth:`submit`, :meth:`process` or :meth:`drain`."""
         started = time.monotonic()
         kind, inputs = self._inputs(frame, batch_id)
-        batch, phases = self._decoded(inputs, kind, batch_id, started)
+        work = self._start(inputs, kind, batch_id, started)
         try:
-            self.state.note_pending(batch_id, kind, batch.manifest)
+            self.state.note_pending(batch_id, kind, work.batch.manifest)
         except BaseException:
-            _clear(batch.plan.spill)
-            raise
-        self._pending = self._applying.submit(self._plan_and_finish, batch, batch_id, phases, started)
-
-    def _plan_and_finish(
-        self, batch: DecodedBatch, batch_id: int, phases: Phases, started: float | None
-    ) -> BatchSummary:
-        """A decoded, noted batch planned, folded and applied in the background: the next batch is decoded
-        meanwhile, so the fold's tasks fill the cores the batches' boundaries left idle (docs/performance.md);
-        a failure leaves the note for :meth:`recover`, as a failed apply does."""
-        try:
-            work = self._plan(batch, batch_id, phases, started)
-        except BaseException:
-            _clear(batch.plan.spill)
+            self._abandon(work)
             raise
         work.pending = True
-        return self._finish(work)
+        self._pending = self._applying.submit(self._finish, work)
 
     def _inputs(self, frame: DataFrame, batch_id: int) -> tuple[str, DataFrame]:
         """A streamed batch's inputs; a Kafka batch sized by the offset ranges Spark planned for it (its
@@ -242,18 +229,6 @@ class Engine:
 
     def _start(self, inputs: DataFrame, kind: str, batch_id: int, started: float | None) -> BatchWork:
         """Decode, plan and fold a batch (its apply is :meth:`_finish`)."""
-        batch, phases = self._decoded(inputs, kind, batch_id, started)
-        try:
-            return self._plan(batch, batch_id, phases, started)
-        except BaseException:
-            _clear(batch.plan.spill)
-            raise
-
-    def _decoded(
-        self, inputs: DataFrame, kind: str, batch_id: int, started: float | None
-    ) -> tuple[DecodedBatch, Phases]:
-        """Decode a batch (Spark), then wait for the batch applied meanwhile: its tables, keys and schemas are
-        this batch's starting point."""
         phases = Phases(started)
         source = self.config.source
         write_changelog = (
@@ -275,12 +250,18 @@ class Engine:
         try:
             batch = DecodedBatch(inputs, plan)  # the previous batch may still be applied meanwhile
             phases.lap("read+decode")
-            self.drain()
+            self.drain()  # its tables, keys and schemas are this batch's starting point
             phases.lap("wait")
-            return batch, phases
+            return self._plan(batch, batch_id, phases, started)
         except BaseException:
             _clear(spill)
             raise
+
+    def _abandon(self, work: BatchWork) -> None:
+        """A planned batch that will not be applied: its change-log commit awaited, its folder removed."""
+        if work.changelog is not None:
+            wait([work.changelog])
+        _clear(work.batch.plan.spill)
 
     def drain(self) -> None:
         """Wait for the batch being applied in the background, if any; its error is raised here."""

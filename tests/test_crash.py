@@ -110,19 +110,19 @@ HARNESS = textwrap.dedent("""
         after(DeltaRsWriter, "create", again)
     elif point == "recorded":
         after(State, "record_batch", lambda self, summary: summary.batch_id == at)
-    elif point == "committed":  # behind (trigger.overlap): Spark committed the batch, not folded nor applied
+    elif point == "committed":  # applied behind (trigger.overlap): Spark committed the batch, not applied
         import pathlib, time
         from replicator.engine import Engine
 
-        def committed(self, batch, batch_id, *rest):
-            if batch_id != at:
+        def committed(self, work):
+            if not (work.pending and work.summary.batch_id == at):
                 return False
             commit = pathlib.Path(self.state.checkpoint) / "commits" / str(at)
             deadline = time.monotonic() + 300
             while not commit.exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
             return True
-        before(Engine, "_plan_and_finish", committed)
+        before(Engine, "_finish", committed)
     else:
         raise SystemExit(f"unknown crash point {point}")
     from replicator.commands.cli import main
@@ -401,9 +401,8 @@ def assert_accounted(
 @pytest.mark.slow
 @pytest.mark.parametrize("overlap", [True, False], ids=["applied-behind", "applied-in-batch"])
 def test_crash_points(tmp_path, overlap):
-    """``overlap`` (trigger.overlap): a batch is folded and applied while Spark decodes the next one, so Spark
-    may have committed it when the process dies before its fold or in its apply; without it, Spark commits
-    a batch once applied."""
+    """``overlap`` (trigger.overlap): a batch is applied while Spark decodes the next one, so Spark may have
+    committed it when the process dies in its apply; without it, Spark commits a batch once applied."""
     files, model = workload(seed=0)
     assert any(m["type"] == "DELETE" for m in files[0]), "file 0 deletes keys the redelivery re-inserts"
     config = write_job(tmp_path, files, overlap)
