@@ -319,12 +319,30 @@ def _to_binary(values: pa.Array) -> pa.Array:
     return pa.array([None if v is None else bytes.fromhex(v) for v in values.to_pylist()], pa.binary())
 
 
+def _byte_at(values: pa.Array, at: int, byte: bytes) -> bool:
+    """Whether some text has ``byte`` at byte ``at``: read from the array's buffers with NumPy, so that a
+    regex rewrite of a few texts (an ISO "T") is not run over every value of a column that has none."""
+    import numpy as np
+
+    if isinstance(values, pa.ChunkedArray):
+        return any(_byte_at(chunk, at, byte) for chunk in values.chunks)
+    _validity, offsets, data = values.buffers()
+    if data is None or len(values) == 0:
+        return False
+    starts = np.frombuffer(offsets, np.int32, len(values) + 1, values.offset * 4)
+    long = np.flatnonzero(np.diff(starts) > at)
+    return bool(len(long)) and bool((np.frombuffer(data, np.uint8)[starts[long] + at] == byte[0]).any())
+
+
 def _to_timestamp_tz(values: pa.Array, timezone: str) -> pa.Array:
     target = pa.timestamp("us", tz="UTC")
     has_offset = pc.match_substring_regex(values, _OFFSET)
     with_offset = pc.cast(pc.if_else(has_offset, values, pa.scalar(None, pa.string())), target)
     local = pc.cast(pc.if_else(has_offset, pa.scalar(None, pa.string()), values), pa.timestamp("us"))
-    zoned = pc.assume_timezone(local, timezone=timezone, ambiguous="earliest", nonexistent="earliest")
+    if timezone == "UTC":  # a wall clock in UTC is its instant: Arrow's cast keeps the value
+        zoned = local
+    else:
+        zoned = pc.assume_timezone(local, timezone=timezone, ambiguous="earliest", nonexistent="earliest")
     return pc.if_else(has_offset, with_offset, pc.cast(zoned, target))
 
 
@@ -351,7 +369,7 @@ def parse_values(
                     if z
                 )
             values = pc.if_else(zero, pa.scalar(None, pa.string()), values)
-        if pa.types.is_timestamp(target):
+        if pa.types.is_timestamp(target) and _byte_at(values, 10, b"T"):
             values = pc.replace_substring_regex(values, r"^(\d{4}-\d{2}-\d{2})T", r"\1 ")
 
     if pa.types.is_boolean(target):
@@ -405,13 +423,16 @@ def _exact_numbers(values: pa.Array, target: pa.DataType) -> tuple[pa.Array, lis
     """Rows Arrow's cast cannot be trusted with (long text, exponents) -> their canonical short text, or
     NULL and their row index when the number does not fit ``target`` (or is not a number)."""
     trimmed = pc.utf8_trim_whitespace(values)
-    suspect = pc.greater(pc.utf8_length(trimmed), _TRUSTED_LENGTH)
+    lengths = pc.utf8_length(trimmed)
+    suspect = pc.greater(lengths, _TRUSTED_LENGTH)
     if pa.types.is_decimal(target):
         # Its rescaling overflows too ("239" into decimal(38,38) gave 0.80234...): only text whose whole
-        # part fits is left to it.
-        whole = pc.replace_substring_regex(trimmed, r"(?s)^[+-]?0*(\d*).*$", r"\1")
-        too_wide = pc.greater(pc.utf8_length(whole), target.precision - target.scale)
-        suspect = pc.or_(pc.or_(suspect, too_wide), pc.match_substring_regex(trimmed, "[eE]"))
+        # part fits is left to it. (No text longer than the whole part's digits: none has a wider one.)
+        if (pc.max(lengths).as_py() or 0) > target.precision - target.scale:
+            whole = pc.replace_substring_regex(trimmed, r"(?s)^[+-]?0*(\d*).*$", r"\1")
+            suspect = pc.or_(suspect, pc.greater(pc.utf8_length(whole), target.precision - target.scale))
+        exponent = pc.or_(pc.match_substring(trimmed, "e"), pc.match_substring(trimmed, "E"))
+        suspect = pc.or_(suspect, exponent)
     suspect = pc.fill_null(suspect, False)
     if not pc.any(suspect).as_py():
         return values, []

@@ -5,7 +5,10 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from replicator import types
 from replicator.types import ColumnType, arrow_type, column_type, parse_values
 
 
@@ -111,3 +114,81 @@ def test_zero_dates_policy():
     assert typed.to_pylist()[0] is None and not errors
     _typed, errors = parse_values(values, pa.timestamp("us"), zero_dates="dead_letter")
     assert [e.row for e in errors] == [0]
+
+
+# Pieces of the texts a column of timestamps or decimals may hold, common and odd.
+_TIME_TEXTS = st.sampled_from(
+    [
+        "2024-01-01 10:00:00", "2024-07-01T08:00:00.123456", "2024-01-01T", "2024-01-01",
+        " 2024-01-01 10:00:00 ", "0000-00-00 00:00:00", "2024-07-01T00:00:00Z", "2024-07-01 02:00:00+02:00",
+        "2024-07-01 02:00:00-05", "2024-03-10 02:30:00", "20240101T100000", "abcdefghijTk", "",
+    ]
+)  # fmt: skip
+_NUMBER_TEXTS = st.sampled_from(
+    [
+        "123.45",
+        "-999.99",
+        "1e3",
+        "1E-2",
+        " 12.5 ",
+        "-0000000000123.4",
+        "0.001",
+        "99999999999",
+        "1" * 40,
+        "x",
+        "",
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.none() | _TIME_TEXTS, max_size=12),
+    target=st.sampled_from([pa.timestamp("us"), pa.timestamp("us", tz="UTC"), pa.date32()]),
+    timezone=st.sampled_from(["UTC", "Asia/Shanghai"]),
+)
+def test_a_time_column_skips_only_work_it_does_not_need(values, target, timezone):
+    """parse_values skips the rewrite of ISO "T"s where no text has one, and the zone lookup for UTC: the
+    column gives what the full path gives (every text rewritten, UTC looked up as Etc/UTC), errors too."""
+    column = pa.array(values, pa.string())
+    got = parse_values(column, target, timezone=timezone)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(types, "_byte_at", lambda *_: True)
+        full = parse_values(column, target, timezone="Etc/UTC" if timezone == "UTC" else timezone)
+    assert got[0].equals(full[0])
+    assert got[1] == full[1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.none() | _NUMBER_TEXTS, max_size=12),
+    target=st.sampled_from([pa.decimal128(p, s) for p, s in [(5, 2), (12, 2), (38, 38), (20, 0)]]),
+)
+def test_a_decimal_column_is_read_exactly(values, target):
+    """Each text becomes its exact decimal, or is refused where it is not a number, needs rounding or has
+    a whole part wider than the column (Python's decimal as the reference): checking the whole part's
+    width only where a text is long enough to exceed it, and finding exponents by plain search, change
+    nothing."""
+    typed, errors = parse_values(pa.array(values, pa.string()), target)
+    expected = [_exact_decimal(v, target) for v in values]
+    assert typed.to_pylist() == [None if e is _REFUSED else e for e in expected]
+    assert [e.row for e in errors] == [i for i, e in enumerate(expected) if e is _REFUSED]
+
+
+_REFUSED = object()
+
+
+def _exact_decimal(text: str | None, target: pa.Decimal128Type) -> Decimal | object | None:
+    import decimal
+
+    if text is None:
+        return None
+    with decimal.localcontext(decimal.Context(prec=200)):
+        try:
+            value = Decimal(text.strip())
+        except decimal.InvalidOperation:
+            return _REFUSED
+        scaled = value.quantize(Decimal(1).scaleb(-target.scale))
+        if scaled != value or len(scaled.as_tuple().digits) > target.precision:
+            return _REFUSED
+        return scaled
