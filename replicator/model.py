@@ -136,7 +136,14 @@ def map_values(maps: Any, names: Any) -> list[Any]:
     import pyarrow.compute as pc
 
     if isinstance(maps, pa.ChunkedArray):
-        maps = maps.combine_chunks()
+        # Chunk by chunk: combining the maps copied every image (the fold's keys: one chunk per decoded
+        # slice), and only each name's values are joined.
+        if maps.num_chunks == 1:
+            maps = maps.chunk(0)
+        else:
+            parts = [map_values(chunk, names) for chunk in maps.chunks]
+            empty = pa.array([], maps.type.item_type)
+            return [pa.concat_arrays([empty, *(part[i] for part in parts)]) for i in range(len(names))]
     n = len(maps)
     uniform = _uniform_layout(maps)
     if uniform is not None:  # every image the same keys in the same order: each name's values by position
@@ -191,11 +198,11 @@ def _uniform_layout(maps: Any) -> tuple[np.ndarray, list[str], np.ndarray] | Non
     key_offsets = np.frombuffer(buffers[1], np.int32, len(keys) + 1, keys.offset * 4)[first : end + 1]
     key_lengths = np.diff(key_offsets)
     rows = len(nonzero)
-    if not np.array_equal(key_lengths, np.tile(key_lengths[:k], rows)):
+    if not (key_lengths.reshape(rows, k) == key_lengths[:k]).all():
         return None
     data = np.frombuffer(buffers[2], np.uint8)[key_offsets[0] : key_offsets[-1]] if buffers[2] else None
     width = int(key_offsets[k] - key_offsets[0])
-    if data is not None and not np.array_equal(data, np.tile(data[:width], rows)):
+    if data is not None and not (data.reshape(rows, width) == data[:width]).all():
         return None
     pattern = keys.slice(first, k).to_pylist()
     usable = lengths == k

@@ -255,6 +255,8 @@ def test_same_key_images_are_read_by_position_and_others_are_not() -> None:
     )
     assert _uniform_layout(pa.array([*usual, [("id", "3"), ("ba", "z")]], maps.type)) is None
     assert _uniform_layout(pa.array([*usual, [("id", "3")]], maps.type)) is None
+    none = map_values(pa.chunked_array([], maps.type), ["id", "x"])  # no chunks: a column per name still
+    assert [c.to_pylist() for c in none] == [[], []]
 
 
 @given(rows=images, start=st.integers(0, 3), names=st.lists(st.sampled_from(["id", "name", "é", "x"])))
