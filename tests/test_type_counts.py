@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replicator.decode import type_counts
-from replicator.dialects.events import with_seq_text
+from replicator.dialects.events import seq_texts, with_seq_text
+from replicator.model import seq_text
 
 seqs = st.lists(st.one_of(st.integers(-5, 2**63 - 1), st.none()), min_size=3, max_size=3)
 rows = st.lists(
@@ -49,3 +50,16 @@ def test_a_group_s_ends_are_its_lowest_and_highest_seq():
     assert [int(p) for p in ends["a"][0].split(".")] == [4, 9, 9]
     assert [int(p) for p in ends["a"][1].split(".")] == [5, 0, 10]
     assert ends["b"][0] == ends["b"][1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.lists(st.one_of(st.integers(-5, 2**63 - 1), st.none()), max_size=4))),
+    st.integers(0, 2),
+)
+def test_seq_texts_are_model_seq_text(generated, start):
+    """The vectorized seq texts (Arrow: cast, ASCII pad, join) are ``model.seq_text`` of each row, a NULL
+    part as 0, a negative one as 0, a NULL row as an empty seq (""); sliced arrays too."""
+    array = pa.array([[1]] * start + generated, pa.list_(pa.int64())).slice(start)
+    expected = [seq_text([p or 0 for p in row or []]) for row in generated]
+    assert seq_texts(array).to_pylist() == expected
