@@ -69,7 +69,7 @@ _PRIME = 0x100000001B3  # FNV-1's 64-bit prime
 def text_hash(text: pa.Array) -> np.ndarray:
     """A 64-bit hash of each row's UTF-8 bytes (NULL hashes as empty), with NumPy over the Arrow buffers: a
     polynomial in the bytes modulo 2^64, its length mixed in, then splitmix64's finalizer to spread the
-    bits. Measured 0.15 µs per key against 0.43 µs for pandas' SipHash (``hash_array``)."""
+    bits. Measured ~0.1 µs per key (:func:`_horner`) against 0.43 µs for pandas' SipHash (``hash_array``)."""
     import numpy as np
     import pyarrow as pa
 
@@ -85,19 +85,11 @@ def text_hash(text: pa.Array) -> np.ndarray:
         if chunk.null_count:
             lengths[np.asarray(chunk.is_null())] = 0
         longest = int(lengths.max()) if len(lengths) else 0
-        powers = np.full(max(longest, 1), _PRIME, np.uint64)
-        powers[0] = 1
-        powers = np.cumprod(powers)  # P^i, wrapping modulo 2^64 as in C
         starts = offsets[:-1]
-        firsts = np.cumsum(lengths) - lengths  # each row's first term
-        positions = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(starts - firsts, lengths)
-        # byte j of a row ending at ``end`` weighs P^(end - 1 - j)
-        exponents = np.repeat(starts + lengths - 1, lengths) - positions
-        terms = data[positions].astype(np.uint64) * powers[exponents]
-        h = np.zeros(len(chunk), np.uint64)
-        some = lengths > 0
-        if some.any():
-            h[some] = np.add.reduceat(terms, firsts[some])
+        if longest <= HORNER_BYTES:
+            h = _horner(data, starts, lengths, longest)
+        else:
+            h = _by_terms(data, starts, lengths, longest)
         h ^= lengths.astype(np.uint64)
         h ^= h >> np.uint64(30)
         h *= np.uint64(0xBF58476D1CE4E5B9)
@@ -106,6 +98,46 @@ def text_hash(text: pa.Array) -> np.ndarray:
         h ^= h >> np.uint64(31)
         out[first : first + len(chunk)] = h
     return out
+
+
+# Texts up to this many bytes are hashed a byte position at a time (Horner's rule over the rows): one
+# gather per position. Measured on 10,000 table-and-key texts of ~20 bytes: 325 -> ~90 ns a row against
+# the sum of terms below (a gather, a power and a product per byte, then a segmented sum).
+HORNER_BYTES = 64
+
+
+def _horner(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, longest: int) -> np.ndarray:
+    """Each row's polynomial: h = h * P + byte, over its bytes in order (the same value as
+    :func:`_by_terms`, modulo 2^64)."""
+    import numpy as np
+
+    prime = np.uint64(_PRIME)
+    h = np.zeros(len(starts), np.uint64)
+    shortest = int(lengths.min()) if len(lengths) else 0
+    for j in range(shortest):  # every row has a byte here
+        h = h * prime + data[starts + j]
+    for j in range(shortest, longest):
+        live = np.flatnonzero(lengths > j)
+        h[live] = h[live] * prime + data[starts[live] + j]
+    return h
+
+
+def _by_terms(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, longest: int) -> np.ndarray:
+    """Each row's polynomial as a sum of terms: byte j of a row ending at ``end`` weighs P^(end - 1 - j)."""
+    import numpy as np
+
+    powers = np.full(max(longest, 1), _PRIME, np.uint64)
+    powers[0] = 1
+    powers = np.cumprod(powers)  # P^i, wrapping modulo 2^64 as in C
+    firsts = np.cumsum(lengths) - lengths  # each row's first term
+    positions = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(starts - firsts, lengths)
+    exponents = np.repeat(starts + lengths - 1, lengths) - positions
+    terms = data[positions].astype(np.uint64) * powers[exponents]
+    h = np.zeros(len(starts), np.uint64)
+    some = lengths > 0
+    if some.any():
+        h[some] = np.add.reduceat(terms, firsts[some])
+    return h
 
 
 def routes(

@@ -159,12 +159,18 @@ def reference_hash(text: str | None) -> int:
     return h ^ (h >> 31)
 
 
-@given(texts=st.lists(st.none() | st.text(max_size=40), max_size=50), start=st.integers(0, 10))
-def test_a_key_hashes_alike_in_every_process(texts, start):
-    """The bucket hash depends on the text's bytes only (not on a process's salt, a chunk or a slice)."""
+@given(
+    texts=st.lists(st.none() | st.text(max_size=40), max_size=50),
+    start=st.integers(0, 10),
+    horner=st.sampled_from([64, 8, -1]),
+)
+def test_a_key_hashes_alike_in_every_process(texts, start, horner):
+    """The bucket hash depends on the text's bytes only (not on a process's salt, a chunk or a slice), and
+    its two ways (a byte position at a time up to ``HORNER_BYTES``, else a sum of terms) agree."""
     array = pa.array([None] * start + texts, pa.string()).slice(start)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(exchange, "HASH_ROWS", 7)  # several chunks
+        patch.setattr(exchange, "HORNER_BYTES", horner)
         assert [int(h) for h in exchange.text_hash(array)] == [reference_hash(t) for t in texts]
 
 
