@@ -12,6 +12,7 @@ Everything here runs in Spark's Python workers: imports stay inside functions or
 
 from __future__ import annotations
 
+import itertools
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -23,6 +24,7 @@ from replicator.dialects.base import DecodeOptions
 from replicator.model import BARRIER_OPS, DML_OPS, keep
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
@@ -274,14 +276,40 @@ def type_counts(dml: pa.Table) -> pa.Table:
         return groups.aggregate([("seq_text", "min"), ("seq_text", "max")]).select(out)
     # seq_text's order: the parts compared as numbers, a NULL or negative part as 0 (model.seq_text)
     parts = np.maximum(pc.fill_null(pc.list_flatten(seq), 0).to_numpy(), 0).reshape(len(seq), -1)
-    order = np.lexsort(parts.T[::-1])
-    rank = np.empty(len(seq), np.int64)
-    rank[order] = np.arange(len(seq))
-    groups = pa.table({**columns, "_rank": rank}).group_by(names, use_threads=False)
-    ends = groups.aggregate([("_rank", "min"), ("_rank", "max")])
-    first = seq.take(pa.array(order[ends["_rank_min"].to_numpy()]))
-    last = seq.take(pa.array(order[ends["_rank_max"].to_numpy()]))
+    rows = pa.table({**columns, "_row": np.arange(len(seq))}).group_by(names, use_threads=False)
+    ends = rows.aggregate([("_row", "list")])
+    if ends.num_rows <= _WALKED_GROUPS:  # the usual slice: a type map or a few
+        lists = ends["_row_list"].combine_chunks()
+        flat, bounds = lists.flatten().to_numpy(), lists.offsets.to_numpy()
+        members = [flat[a:b] for a, b in itertools.pairwise(bounds)]
+        firsts = [_extreme(parts, m, np.min) for m in members]
+        lasts = [_extreme(parts, m, np.max) for m in members]
+    else:
+        order = np.lexsort(parts.T[::-1])
+        rank = np.empty(len(seq), np.int64)
+        rank[order] = np.arange(len(seq))
+        ranked = pa.table({**columns, "_rank": rank}).group_by(names, use_threads=False)
+        ends = ranked.aggregate([("_rank", "min"), ("_rank", "max")])
+        firsts, lasts = order[ends["_rank_min"].to_numpy()], order[ends["_rank_max"].to_numpy()]
+    first, last = seq.take(pa.array(firsts, pa.int64())), seq.take(pa.array(lasts, pa.int64()))
     return pa.table([*(ends[n] for n in names), seq_texts(first), seq_texts(last)], names=out)
+
+
+# Groups of a slice whose first and last seq are found by walking the parts (:func:`_extreme`); more are
+# ranked by one lexsort of the slice (measured on 10,000 seven-part seqs: type_counts 0.73 -> 0.16 µs an
+# event; the lexsort alone 4.8 ms, the walk 0.04 ms).
+_WALKED_GROUPS = 16
+
+
+def _extreme(parts: np.ndarray, rows: np.ndarray, pick: Any) -> int:
+    """The row of ``rows`` whose parts are the lowest (``pick`` np.min) or the highest (np.max) in their
+    order: part by part, keeping the rows that hold the extreme value."""
+    for j in range(parts.shape[1]):
+        column = parts[rows, j]
+        rows = rows[column == pick(column)]
+        if len(rows) == 1:
+            break
+    return int(rows[0])
 
 
 # How the change log's Parquet is written. Dictionaries only for the columns that repeat (row images and

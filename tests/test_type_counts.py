@@ -4,9 +4,11 @@ decode tasks send no seq text), equal to the minimum and maximum of the seq text
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from replicator import decode
 from replicator.decode import type_counts
 from replicator.dialects.events import seq_texts, with_seq_text
 from replicator.model import seq_text
@@ -32,11 +34,16 @@ def slice_of(generated: list[tuple]) -> pa.Table:
     )
 
 
+@pytest.mark.parametrize("walked", [16, 0], ids=["walked", "lexsorted"])
 @settings(max_examples=200, deadline=None)
-@given(rows)
-def test_ranked_seqs_give_the_seq_texts_minimum_and_maximum(generated):
+@given(generated=rows)
+def test_ranked_seqs_give_the_seq_texts_minimum_and_maximum(generated, walked):
+    """A group's first and last seq, found by walking its rows' parts (a few groups) or by one lexsort of
+    the slice (many), are the minimum and maximum of its seq texts."""
     dml = slice_of(generated)
-    ranked = type_counts(dml)  # no seq_text: ranked (or, with a NULL seq, made and aggregated)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decode, "_WALKED_GROUPS", walked)
+        ranked = type_counts(dml)  # no seq_text: ranked (or, with a NULL seq, made and aggregated)
     by_text = type_counts(with_seq_text(dml))  # the aggregate of the texts
     assert ranked.schema == by_text.schema
     assert sorted(ranked.to_pylist(), key=str) == sorted(by_text.to_pylist(), key=str)
