@@ -5,6 +5,7 @@ This VM's speed drifts by 5-10% within an hour, more than most changes are worth
 hour apart, says little. Interleaved runs on the same files (generated once by ``throughput.py``) do.
 
     python benchmarks/ab.py --base HEAD~3 [--workdir bench-out/throughput-5m] [--runs 3]
+    python benchmarks/ab.py --base HEAD --this-job 'changelog: {enabled: false}'  # the same engine, a setting
 
 Prints each run's wall time and CPU seconds by process (driver, JVM, Python workers), then the medians;
 writes ``<workdir>/ab.json``.
@@ -28,8 +29,9 @@ from throughput import run_mirror
 REPO = Path(__file__).resolve().parent.parent
 
 
-def one(workdir: Path, tree: Path | None) -> dict:
-    """One mirror run over ``workdir``'s landing files, with the engine of ``tree`` (None: this one)."""
+def one(workdir: Path, tree: Path | None, extra: str = "") -> dict:
+    """One mirror run over ``workdir``'s landing files, with the engine of ``tree`` (None: this one) and
+    ``extra`` lines added to the job file."""
     for name in ("lake", "state"):
         shutil.rmtree(workdir / name, ignore_errors=True)
     saved = os.environ.get("PYTHONPATH")
@@ -37,7 +39,7 @@ def one(workdir: Path, tree: Path | None) -> dict:
         os.environ["PYTHONPATH"] = str(tree)
     try:
         # run in the workdir: this checkout's package is then not first on the driver's path
-        elapsed, _rss, cpu, _err = run_mirror(workdir, 10, False, cwd=workdir)
+        elapsed, _rss, cpu, _err = run_mirror(workdir, 10, False, cwd=workdir, extra=extra)
     finally:
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
@@ -51,8 +53,13 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the git revision to compare this tree with")
     parser.add_argument("--workdir", default=str(REPO / "bench-out" / "throughput-5m"))
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--this-job",
+        default="",
+        help="YAML lines added to this tree's job file, e.g. 'changelog: {enabled: false}' with --base HEAD",
+    )
     args = parser.parse_args()
-    workdir = Path(args.workdir)
+    workdir = Path(args.workdir).resolve()  # the runs change directory to it
     if not (workdir / "landing").is_dir():
         raise SystemExit(f"{workdir}/landing: none; generate it with benchmarks/throughput.py first")
     base = Path(tempfile.mkdtemp(prefix="replicator-ab-")) / "tree"
@@ -61,8 +68,8 @@ def main() -> None:
     runs: dict[str, list[dict]] = {"base": [], "this": []}
     try:
         for _ in range(args.runs):
-            for name, tree in (("base", base), ("this", None)):
-                runs[name].append(one(workdir, tree))
+            for name, tree, extra in (("base", base, ""), ("this", None, args.this_job)):
+                runs[name].append(one(workdir, tree, extra))
                 print(name, json.dumps(runs[name][-1]), flush=True)
     finally:
         subprocess.run([*git, "remove", "--force", str(base)], check=False)

@@ -79,15 +79,17 @@ def peak_rss(pid: int, stop: threading.Event, out: list[dict[str, int]], cpu: di
 
 
 def run_mirror(
-    workdir: Path, files_per_trigger: int, vectors: bool = False, cwd: Path = REPO
+    workdir: Path, files_per_trigger: int, vectors: bool = False, cwd: Path = REPO, extra: str = ""
 ) -> tuple[float, dict[str, int], dict[str, float], str]:
     """``mirror --available-now`` of the workload's job: (wall seconds, peak RSS by process, CPU seconds
     by process (sampled every 0.2 s, so a short-lived process's last 0.2 s may be missed), its log);
     ``vectors``: the mirrors with ``target.deletion_vectors``; ``cwd``: where the command runs (first on
-    its ``sys.path``)."""
+    its ``sys.path``); ``extra``: YAML lines added to the job file."""
     job = write_job(workdir, "bench", files_per_trigger)
     if vectors:
         job.write_text(job.read_text().replace("{path: lake}", "{path: lake, deletion_vectors: true}"))
+    if extra:
+        job.write_text(job.read_text() + extra.rstrip("\n") + "\n")
     peak: list[dict[str, int]] = []
     cpu: dict[tuple[str, int], float] = {}
     command = mirror_command(job)
