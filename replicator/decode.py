@@ -278,19 +278,18 @@ def type_counts(dml: pa.Table) -> pa.Table:
     parts = np.maximum(pc.fill_null(pc.list_flatten(seq), 0).to_numpy(), 0).reshape(len(seq), -1)
     rows = pa.table({**columns, "_row": np.arange(len(seq))}).group_by(names, use_threads=False)
     ends = rows.aggregate([("_row", "list")])
+    lists = ends["_row_list"].combine_chunks()
+    flat, bounds = lists.flatten().to_numpy(), lists.offsets.to_numpy()  # each group's rows
     if ends.num_rows <= _WALKED_GROUPS:  # the usual slice: a type map or a few
-        lists = ends["_row_list"].combine_chunks()
-        flat, bounds = lists.flatten().to_numpy(), lists.offsets.to_numpy()
         members = [flat[a:b] for a, b in itertools.pairwise(bounds)]
         firsts = [_extreme(parts, m, np.min) for m in members]
         lasts = [_extreme(parts, m, np.max) for m in members]
-    else:
+    else:  # each group's lowest and highest rank in one lexsort of the slice
         order = np.lexsort(parts.T[::-1])
         rank = np.empty(len(seq), np.int64)
         rank[order] = np.arange(len(seq))
-        ranked = pa.table({**columns, "_rank": rank}).group_by(names, use_threads=False)
-        ends = ranked.aggregate([("_rank", "min"), ("_rank", "max")])
-        firsts, lasts = order[ends["_rank_min"].to_numpy()], order[ends["_rank_max"].to_numpy()]
+        firsts = order[np.minimum.reduceat(rank[flat], bounds[:-1])]
+        lasts = order[np.maximum.reduceat(rank[flat], bounds[:-1])]
     first, last = seq.take(pa.array(firsts, pa.int64())), seq.take(pa.array(lasts, pa.int64()))
     return pa.table([*(ends[n] for n in names), seq_texts(first), seq_texts(last)], names=out)
 
@@ -301,7 +300,7 @@ def type_counts(dml: pa.Table) -> pa.Table:
 _WALKED_GROUPS = 16
 
 
-def _extreme(parts: np.ndarray, rows: np.ndarray, pick: Any) -> int:
+def _extreme(parts: np.ndarray, rows: np.ndarray, pick: Callable[[np.ndarray], Any]) -> int:
     """The row of ``rows`` whose parts are the lowest (``pick`` np.min) or the highest (np.max) in their
     order: part by part, keeping the rows that hold the extreme value."""
     for j in range(parts.shape[1]):
