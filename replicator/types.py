@@ -324,8 +324,6 @@ def _byte_at(values: pa.Array, at: int, byte: bytes) -> bool:
     regex rewrite of a few texts (an ISO "T") is not run over every value of a column that has none."""
     import numpy as np
 
-    if isinstance(values, pa.ChunkedArray):
-        return any(_byte_at(chunk, at, byte) for chunk in values.chunks)
     _validity, offsets, data = values.buffers()
     if data is None or len(values) == 0:
         return False
