@@ -7,7 +7,8 @@ hour apart, says little. Interleaved runs on the same files (generated once by `
     python benchmarks/ab.py --base HEAD~3 [--workdir bench-out/throughput-5m] [--runs 3]
     python benchmarks/ab.py --base HEAD --this-job 'changelog: {enabled: false}'  # the same engine, a setting
 
-Prints each run's wall time and CPU seconds by process (driver, JVM, Python workers), then the medians;
+Prints each run's wall time, CPU seconds by process (driver, JVM, Python workers) and the process tree's
+peak RSS (MB), then the medians;
 writes ``<workdir>/ab.json``.
 """
 
@@ -39,13 +40,14 @@ def one(workdir: Path, tree: Path | None, extra: str = "") -> dict:
         os.environ["PYTHONPATH"] = str(tree)
     try:
         # run in the workdir: this checkout's package is then not first on the driver's path
-        elapsed, _rss, cpu, _err = run_mirror(workdir, 10, False, cwd=workdir, extra=extra)
+        elapsed, rss, cpu, _err = run_mirror(workdir, 10, False, cwd=workdir, extra=extra)
     finally:
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = saved
-    return {"wall_s": round(elapsed, 1), **{k: round(v, 1) for k, v in cpu.items()}}
+    seconds = {k: round(v, 1) for k, v in cpu.items()}
+    return {"wall_s": round(elapsed, 1), **seconds, "peak_mb": round(sum(rss.values()) / 2**20)}  # the tree
 
 
 def main() -> None:
