@@ -16,7 +16,8 @@ from replicator.broker import Broker
 
 _topics = itertools.count(1)
 # How the files source takes a fixture folder; the Kafka topic gets the same records in the same order.
-SKIPPED_FILES = ("_NOTES.json", "make_fixtures.py")
+# A fixture folder's files that are not golden inputs: the provenance notes and the script that made them.
+NOT_INPUTS = ("_NOTES.json", "make_fixtures.py")
 
 
 @dataclass
@@ -131,7 +132,7 @@ def stream_folder(dialect: str, fixtures: Path, folder: Path, leave_out: tuple[s
     names = sorted(
         p.name
         for p in (fixtures / dialect).iterdir()
-        if p.is_file() and ".expected." not in p.name and p.name not in (*SKIPPED_FILES, *leave_out)
+        if p.is_file() and ".expected." not in p.name and p.name not in (*NOT_INPUTS, *leave_out)
     )
     for n, name in enumerate(names):
         shutil.copy(fixtures / dialect / name, folder / name)
