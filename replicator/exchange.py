@@ -73,14 +73,14 @@ def text_hash(text: pa.Array) -> np.ndarray:
     import numpy as np
     import pyarrow as pa
 
+    from replicator.model import text_buffers
+
     text = text.cast(pa.large_string())
     n = len(text)
     out = np.empty(n, np.uint64)
     for first in range(0, n, HASH_ROWS):
         chunk = text.slice(first, HASH_ROWS)
-        offsets = np.frombuffer(chunk.buffers()[1], np.int64)[chunk.offset : chunk.offset + len(chunk) + 1]
-        data = chunk.buffers()[2]
-        data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+        offsets, data = text_buffers(chunk)
         lengths = np.diff(offsets)
         if chunk.null_count:
             lengths[np.asarray(chunk.is_null())] = 0

@@ -172,6 +172,21 @@ def map_values(maps: Any, names: Any) -> list[Any]:
     return out
 
 
+def text_buffers(texts: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A string or binary array's offsets (``len + 1``, int64 positions in its data, a slice's included)
+    and its data bytes (uint8), read from its buffers with NumPy: no Python string per value."""
+    import numpy as np
+    import pyarrow as pa
+
+    _validity, offsets, data = texts.buffers()[:3]
+    wide = pa.types.is_large_string(texts.type) or pa.types.is_large_binary(texts.type)
+    width = 8 if wide else 4
+    starts = np.frombuffer(offsets, np.int64 if wide else np.int32, len(texts) + 1, texts.offset * width)
+    return starts.astype(np.int64, copy=False), (
+        np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    )
+
+
 def _uniform_layout(maps: Any) -> tuple[np.ndarray, list[str], np.ndarray] | None:
     """Where every non-empty map of a ``MAP<STRING, STRING>`` array holds the same keys in the same order
     (the usual images: a table's columns in its order), each row's first entry (an absolute position in
@@ -194,15 +209,15 @@ def _uniform_layout(maps: Any) -> tuple[np.ndarray, list[str], np.ndarray] | Non
         return None
     keys = maps.keys
     first, end = int(offsets[0]), int(offsets[-1])  # empty rows hold no entries: the rest are back to back
-    buffers = keys.buffers()
-    key_offsets = np.frombuffer(buffers[1], np.int32, len(keys) + 1, keys.offset * 4)[first : end + 1]
+    key_offsets, data = text_buffers(keys)
+    key_offsets = key_offsets[first : end + 1]
     key_lengths = np.diff(key_offsets)
     rows = len(nonzero)
     if not (key_lengths.reshape(rows, k) == key_lengths[:k]).all():
         return None
-    data = np.frombuffer(buffers[2], np.uint8)[key_offsets[0] : key_offsets[-1]] if buffers[2] else None
+    data = data[key_offsets[0] : key_offsets[-1]]
     width = int(key_offsets[k] - key_offsets[0])
-    if data is not None and not (data.reshape(rows, width) == data[:width]).all():
+    if not (data.reshape(rows, width) == data[:width]).all():
         return None
     pattern = keys.slice(first, k).to_pylist()
     usable = lengths == k

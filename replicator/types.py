@@ -322,14 +322,11 @@ def _to_binary(values: pa.Array) -> pa.Array:
 def _byte_at(values: pa.Array, at: int, byte: bytes) -> bool:
     """Whether some text has ``byte`` at byte ``at``: read from the array's buffers with NumPy, so that a
     regex rewrite of a few texts (an ISO "T") is not run over every value of a column that has none."""
-    import numpy as np
+    from replicator.model import text_buffers
 
-    _validity, offsets, data = values.buffers()
-    if data is None or len(values) == 0:
-        return False
-    starts = np.frombuffer(offsets, np.int32, len(values) + 1, values.offset * 4)
+    starts, data = text_buffers(values)
     long = np.flatnonzero(np.diff(starts) > at)
-    return bool(len(long)) and bool((np.frombuffer(data, np.uint8)[starts[long] + at] == byte[0]).any())
+    return bool(len(long)) and bool((data[starts[long] + at] == byte[0]).any())
 
 
 def _to_timestamp_tz(values: pa.Array, timezone: str) -> pa.Array:

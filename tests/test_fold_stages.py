@@ -25,7 +25,7 @@ from replicator.dialects.base import decode
 from replicator.fold import FoldPlan, fold_batch, fold_tasks
 from replicator.fold import typed as fold_typed
 from replicator.fold.arrow import fold
-from replicator.model import _uniform_layout, map_values, map_without
+from replicator.model import _uniform_layout, map_values, map_without, text_buffers
 from tests.dialects.golden import raw_records
 from tests.helpers import canal, order
 
@@ -201,6 +201,22 @@ def test_map_values_reads_a_map_as_map_lookup_does(rows, start):
     got = map_values(maps, names)
     for name, values in zip(names, got, strict=True):
         assert values.equals(pc.map_lookup(maps, pa.scalar(name, pa.string()), "first")), name
+
+
+@given(
+    texts=st.lists(st.none() | st.text(max_size=6), max_size=20),
+    start=st.integers(0, 3),
+    kind=st.sampled_from([pa.string(), pa.large_string(), pa.binary()]),
+)
+def test_text_buffers_are_each_value_s_bytes(texts, start, kind):
+    """model.text_buffers reads a (sliced) string or binary array's offsets and data: each value's UTF-8
+    bytes between its two offsets (a NULL's: none)."""
+    values = [t if t is None or kind != pa.binary() else t.encode() for t in texts]
+    array = pa.array(["pad"] * start + values, kind).slice(start)
+    offsets, data = text_buffers(array)
+    assert len(offsets) == len(texts) + 1
+    got = [data[a:b].tobytes() for a, b in itertools.pairwise(offsets.tolist())]
+    assert got == [b"" if t is None else t.encode() for t in texts]
 
 
 patterns = st.lists(st.sampled_from(["id", "name", "é", "", "ab", "ba", "nom"]), min_size=1, max_size=5)
