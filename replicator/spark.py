@@ -62,6 +62,9 @@ SESSION_DEFAULTS: dict[str, str] = {
     "spark.sql.streaming.checkpointFileManagerClass": (
         "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
     ),
+    # A cluster's Python workers keep freed memory for their next task as the driver does (a local
+    # worker inherits the driver's environment): payload.release_memory.
+    "spark.executorEnv.MIMALLOC_PURGE_DELAY": "60000",
 }
 # Settings the engine relies on, whatever the deployment says.
 REQUIRED: dict[str, str] = {

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 # The job file's models are this command's own and no plugin has anything to observe there. Before the
 # config models below; an explicit setting wins.
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-
 from replicator.config import ConfigError, JobConfig, load_config
 from replicator.errors import JobRunning, StateDamaged
 from replicator.logging import configure, get_logger
@@ -565,6 +564,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from replicator.payload import keep_freed_memory
+
+    keep_freed_memory()  # before any command loads Arrow
     args = build_parser().parse_args(argv)
     try:
         configure(args.log_level, log_file=args.log_file)
