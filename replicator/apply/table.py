@@ -85,7 +85,8 @@ class DeadRow:
     table: str | None
 
 
-# Net changes of one segment from which freeing the images before the MERGE is worth a pool collection.
+# Net changes of one segment from which freeing the images before the MERGE is worth a check of the driver's
+# resident size (payload.release_memory).
 LARGE_PART = 50_000
 
 
@@ -612,8 +613,8 @@ class TableApplier:
             typed = self.prepare_rows(part) if part.num_rows else None
             large = part.num_rows >= LARGE_PART
             del part
-            if large:  # the freed images go back to the system, not only to Arrow's pool (delta-rs
-                payload.release_memory()  # allocates through malloc, not the pool)
+            if large:  # a driver above its keep limit gives the freed images back to the system
+                payload.release_memory()  # before the MERGE (delta-rs does not allocate from Arrow's pool)
             if typed is not None:
                 committed = self.commit_rows(typed, txn if last_segment else None) or committed
             if not last_segment:
