@@ -175,19 +175,19 @@ def payload_schema() -> pa.Schema:
 
 # What a process that lives across batches (the driver, Spark's reused Python workers) keeps of the memory
 # it freed, for its next task: up to this resident size, in MB (REPLICATOR_KEEP_RESIDENT_MB overrides; 0
-# gives everything back after each task). Arrow's allocator keeps freed memory a minute (ALLOCATOR_ENV).
+# gives everything back after each task). Arrow's allocator keeps freed memory a minute
+# (spark.ALLOCATOR_ENV).
 KEEP_RESIDENT_MB = 1024
-# Arrow's allocator (mimalloc) returns freed pages to the system 10 ms after they are freed by default; a
-# minute instead (:func:`keep_freed_memory`).
-ALLOCATOR_ENV = {"MIMALLOC_PURGE_DELAY": "60000"}
 
 
 def keep_freed_memory() -> None:
-    """Arrow's allocator keeps freed memory for a minute (:data:`ALLOCATOR_ENV`, unless the environment says
+    """Arrow's allocator keeps freed memory for a minute (spark.ALLOCATOR_ENV, unless the environment says
     otherwise), so that a task reuses what the previous one freed (:func:`release_memory`). mimalloc reads
     its settings when Arrow loads: the ``replicator`` command sets them first, for its driver and the local
     Python workers Spark starts from it (spark.SESSION_DEFAULTS sets them for a cluster's)."""
     import os
+
+    from replicator.spark import ALLOCATOR_ENV
 
     for name, value in ALLOCATOR_ENV.items():
         os.environ.setdefault(name, value)

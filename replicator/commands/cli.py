@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 # The job file's models are this command's own and no plugin has anything to observe there. Before the
 # config models below; an explicit setting wins.
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+
 from replicator.config import ConfigError, JobConfig, load_config
 from replicator.errors import JobRunning, StateDamaged
 from replicator.logging import configure, get_logger
