@@ -43,12 +43,22 @@ Duration = Annotated[dt.timedelta, Field()]
 
 
 class KafkaOptions(_Model):
-    bootstrap_servers: str
-    topics: list[str] = Field(default_factory=list)
-    topic_pattern: str | None = None
-    starting_offsets: str = "earliest"
-    max_offsets_per_trigger: int | None = 100_000
-    fail_on_data_loss: bool = True
+    bootstrap_servers: str = Field(
+        description="host:port,... of the brokers (Spark's kafka.bootstrap.servers)"
+    )
+    topics: list[str] = Field(default_factory=list, description="the topics to read (or topic_pattern)")
+    topic_pattern: str | None = Field(
+        default=None, description="a regex: every topic whose name matches it, created later too (or topics)"
+    )
+    starting_offsets: str = Field(
+        default="earliest", description="earliest, latest or Spark's JSON offsets; the first run only"
+    )
+    max_offsets_per_trigger: int | None = Field(
+        default=100_000, description="records per micro-batch (null: everything available)"
+    )
+    fail_on_data_loss: bool = Field(
+        default=True, description="offsets Kafka no longer has stop the job (true) or are logged and skipped"
+    )
     options: dict[str, str] = Field(default_factory=dict, description="extra kafka.* / source options")
     reader: Literal["auto", "direct", "spark"] = Field(
         default="auto",
@@ -83,23 +93,40 @@ class KafkaOptions(_Model):
 
 
 class SourceConfig(_Model):
-    type: Literal["files", "kafka"] = "files"
-    path: Path | None = None
-    dialect: str = "auto"
-    timezone: str = "UTC"
-    max_files_per_trigger: int | None = Field(default=None, ge=1)
+    type: Literal["files", "kafka"] = Field(
+        default="files", description="files: a folder watched by Spark's file stream; kafka: Kafka topics"
+    )
+    path: Path | None = Field(
+        default=None,
+        description="the landing folder of a files source (*.jsonl, *.ndjson, *.json, *.avro, *.b64)",
+    )
+    dialect: str = Field(
+        default="auto", description="the wire format (docs/dialects.md), or auto: detected per message"
+    )
+    timezone: str = Field(default="UTC", description="IANA zone of wall-clock TIMESTAMP text in the messages")
+    max_files_per_trigger: int | None = Field(
+        default=None,
+        ge=1,
+        description="files per micro-batch (bounds a catch-up's batches); unset: all new files",
+    )
     follow_symlinks: bool = Field(
         default=False,
         description="read files reached through symbolic links under path (docs/configuration.md)",
     )
-    zero_dates: Literal["null", "dead_letter"] = "null"
-    avro_schema: Path | None = None
+    zero_dates: Literal["null", "dead_letter"] = Field(
+        default="null",
+        description="MySQL zero dates (0000-00-00): stored as NULL, or the event is a dead letter",
+    )
+    avro_schema: Path | None = Field(
+        default=None,
+        description="an Avro schema file for dts-avro (the older 14-field layout); unset: Aliyun's Record",
+    )
     max_decompressed_bytes: int = Field(
         default=64 * 1024 * 1024,
         ge=1024,
         description="the most bytes one compressed block (a dts-avro container file's) may decompress to",
     )
-    kafka: KafkaOptions | None = None
+    kafka: KafkaOptions | None = Field(default=None, description="the Kafka source's settings (type: kafka)")
 
     @field_validator("timezone")
     @classmethod
@@ -132,8 +159,11 @@ class SourceConfig(_Model):
 
 
 class TargetConfig(_Model):
-    path: Path
-    writer: Literal["delta-rs", "delta-spark"] = "delta-rs"
+    path: Path = Field(description="root of the mirror tables: <database>/<table> under it")
+    writer: Literal["delta-rs", "delta-spark"] = Field(
+        default="delta-rs",
+        description="delta-rs (MERGE on the driver) or delta-spark (MERGE on the executors)",
+    )
     change_data_feed: bool = Field(
         default=False, description="create mirrors with delta.enableChangeDataFeed=true (docs/history.md)"
     )
@@ -154,11 +184,16 @@ class TargetConfig(_Model):
 
 
 class StateConfig(_Model):
-    path: Path
+    path: Path = Field(
+        description="the job's own folder: checkpoint, dead letters, registry, tombstones, change log"
+    )
 
 
 class TriggerConfig(_Model):
-    interval: dt.timedelta = dt.timedelta(seconds=10)
+    interval: dt.timedelta = Field(
+        default=dt.timedelta(seconds=10),
+        description="micro-batch interval of a continuous job (500ms, 1 minute)",
+    )
     overlap: bool = Field(
         default=True,
         description="apply a batch to the mirrors while Spark decodes the next one (docs/operations.md)",
@@ -171,7 +206,10 @@ class TriggerConfig(_Model):
 
 
 class TombstoneConfig(_Model):
-    retention: dt.timedelta = dt.timedelta(days=7)
+    retention: dt.timedelta = Field(
+        default=dt.timedelta(days=7),
+        description="how long a delete's tombstone guards its key against older events",
+    )
     expire_every_batches: int = Field(default=10, ge=1, description="batches between tombstone expiry runs")
 
     @field_validator("retention", mode="before")
@@ -181,15 +219,17 @@ class TombstoneConfig(_Model):
 
 
 class ChangelogConfig(_Model):
-    enabled: bool = True
+    enabled: bool = Field(
+        default=True, description="append every decoded event to the change log (the source of replay)"
+    )
 
 
 class RouteRule(_Model):
     """Many source tables -> one mirror (sharding): ``match`` is a regex on ``database.table``
     (``database.schema.table`` for sources with schemas), matched whole; ``to`` the mirror's name."""
 
-    match: str
-    to: str = Field(pattern=r"^[^.]+\.[^.]+(\.[^.]+)?$")
+    match: str = Field(description="a regex on database.table (database.schema.table), matched whole")
+    to: str = Field(pattern=r"^[^.]+\.[^.]+(\.[^.]+)?$", description="the mirror's name: database.table")
     source_in_key: bool = Field(
         default=False, description="add _cdc_source_database / _cdc_source_table to the key (colliding keys)"
     )
@@ -290,8 +330,10 @@ class SchemaEvolutionConfig(_Model):
     """``schema_evolution: {default: lenient, tables: {"shop.audit*": ignore}}``; the first matching glob
     (on ``database.table``) wins."""
 
-    default: SchemaPolicy = "lenient"
-    tables: dict[str, SchemaPolicy] = Field(default_factory=dict)
+    default: SchemaPolicy = Field(default="lenient", description="the policy of tables no glob matches")
+    tables: dict[str, SchemaPolicy] = Field(
+        default_factory=dict, description="glob on database.table -> policy; the first matching glob wins"
+    )
 
     def policy_for(self, name: str) -> SchemaPolicy:
         from fnmatch import fnmatchcase
@@ -310,17 +352,28 @@ class MetricsConfig(_Model):
 
 
 class SparkConfig(_Model):
-    master: str | None = None
-    conf: dict[str, str] = Field(default_factory=dict)
+    master: str | None = Field(
+        default=None,
+        description="the embedded session's master (unset: REPLICATOR_SPARK_MASTER, else local[*])",
+    )
+    conf: dict[str, str] = Field(
+        default_factory=dict, description="extra Spark settings (spark.driver.memory: 8g)"
+    )
 
 
 class JobConfig(_Model):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    source: SourceConfig
-    target: TargetConfig
-    state: StateConfig
-    trigger: TriggerConfig = TriggerConfig()
-    on_error: OnError = "dead_letter"
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="letters, digits, . _ -; the Delta app-transaction id of every commit",
+    )
+    source: SourceConfig = Field(description="where the messages come from")
+    target: TargetConfig = Field(description="where the mirror tables go")
+    state: StateConfig = Field(description="where the job keeps its state")
+    trigger: TriggerConfig = Field(default=TriggerConfig(), description="when micro-batches run")
+    on_error: OnError = Field(
+        default="dead_letter",
+        description="a bad record: kept as a dead letter, or the job stops naming it (exit 3)",
+    )
     dead_tables: Literal["fail", "warn"] = Field(
         default="fail",
         description=(
@@ -328,12 +381,21 @@ class JobConfig(_Model):
             "never applied: the run exits with code 4 (fail) or 0 (warn); both print the cause"
         ),
     )
-    schema_evolution: SchemaPolicy | SchemaEvolutionConfig = "lenient"
-    tables: TablesConfig = TablesConfig()
-    changelog: ChangelogConfig = ChangelogConfig()
-    tombstones: TombstoneConfig = TombstoneConfig()
-    spark: SparkConfig = SparkConfig()
-    metrics: MetricsConfig | None = None
+    schema_evolution: SchemaPolicy | SchemaEvolutionConfig = Field(
+        default="lenient",
+        description="what DDL and new columns do: one policy, or per table (docs/schema-evolution.md)",
+    )
+    tables: TablesConfig = Field(
+        default=TablesConfig(), description="which tables, their keys, types, routes, history"
+    )
+    changelog: ChangelogConfig = Field(
+        default=ChangelogConfig(), description="the change log of decoded events"
+    )
+    tombstones: TombstoneConfig = Field(default=TombstoneConfig(), description="how deletes guard their keys")
+    spark: SparkConfig = Field(default=SparkConfig(), description="the embedded Spark session")
+    metrics: MetricsConfig | None = Field(
+        default=None, description="serve /metrics for Prometheus (off unless set)"
+    )
     config_file: Path | None = Field(default=None, exclude=True)
 
     def schema_policy(self, name: str) -> SchemaPolicy:
