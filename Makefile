@@ -63,7 +63,7 @@ FUZZ_SECONDS ?= 60
 fuzz: install ## fuzz every dialect's decoding for FUZZ_SECONDS each (default 60)
 	$(BIN)/python fuzz/decode.py --dialect all --seconds $(FUZZ_SECONDS)
 
-bench: install ## the benchmarks of docs/performance.md (about 80 minutes); results in bench-out/*/result.json
+bench: install ## the benchmarks of benchmarks/LOG.md (about 80 minutes); results in bench-out/*/result.json
 	$(BIN)/python -m compileall -q replicator jobs  # as installed: the bytecode of the current sources
 	$(BIN)/python benchmarks/throughput.py
 	$(BIN)/python benchmarks/throughput.py --events 5000000 --keys 500000 --per-file 50000 --files-per-trigger 10 --workdir bench-out/throughput-5m

@@ -4,12 +4,12 @@ the Python driver) against the executors (the executor JVM and its Python daemon
 
 Counted exactly where the kernel keeps the count, sampled where it does not: the driver's from this
 process's reaped children (spark-submit's JVM, which reaps its Python driver), so its last moments count
-(sampling every 0.25 s missed 0.2-0.4 s of them, docs/performance.md); the executor JVM's and the Python
+(sampling every 0.25 s missed 0.2-0.4 s of them, benchmarks/LOG.md); the executor JVM's and the Python
 daemon's from the worker's reaped children once the executor has exited. Only the Python workers are
 sampled (every 0.05 s): PySpark's daemon ignores SIGCHLD, so their times reach no parent; they idle at the
 end, when a sample would be missed.
 
-Not a test; `make bench` runs it and docs/performance.md reports it.
+Not a test; `make bench` runs it and benchmarks/LOG.md reports it.
 
     python benchmarks/cluster_cpu.py [--events 1000000] [--keys 100000] [--per-file 100000]
 """

@@ -6,7 +6,7 @@ A decode task (``replicator.decode.decode_partition``: read and split the file, 
 Parquet, the fold's bucketed Arrow file, the small results) runs over a file of ``--messages`` canal-json
 workload messages; callgrind counts the whole process once with one task after a warm-up task and once
 with two, and the difference divided by the messages is one task's cost per message. Not a test; results
-in docs/performance.md.
+in benchmarks/LOG.md.
 
     python benchmarks/decode_instructions.py [--messages 20000]
 """

@@ -5,7 +5,7 @@ and re-inserts over ``--keys`` keys), then runs ``replicator mirror --available-
 ``max_files_per_trigger: 1`` twice into fresh folders: without and with ``tables.history``. Prints the
 per-batch ``apply`` (mirror MERGE) and ``history`` phases and the batch time.
 
-Not a test; results in docs/performance.md:
+Not a test; results in benchmarks/LOG.md:
 
     python benchmarks/history.py [--batches 5] [--events 100000] [--keys 20000]
 """

@@ -6,7 +6,7 @@ of its own, replicator.broker), each event's ``es`` the wall clock (ms) at which
 Latency per row = the commit time of the Delta version that added it minus its ``_cdc_event_time``
 (benchmarks/latency.py's measure). Reports p50/p95/max after a warm-up, each phase's median over the
 batches and the CPU time per second of the job's processes after the warm-up (benchmarks/latency.py's
-report). Not a test; ``make bench`` runs it, results in docs/performance.md:
+report). Not a test; ``make bench`` runs it, results in benchmarks/LOG.md:
 
     python benchmarks/kafka_latency.py [--seconds 60] [--rate 1000] [--warmup 15]
 """

@@ -1,7 +1,7 @@
 """Catch-up throughput from Kafka: N canal-json events in a topic of 8 partitions (a broker of its own,
 replicator.broker), mirrored with `mirror --available-now` and ``max_offsets_per_trigger`` for ~500k events
 per batch, beside the files source on the same events (same batch size: 10 files of 50k). Reports events/s
-of both and their ratio. Not a test; ``make bench`` runs it, results in docs/performance.md:
+of both and their ratio. Not a test; ``make bench`` runs it, results in benchmarks/LOG.md:
 
     python benchmarks/kafka_throughput.py [--events 5000000] [--keys 500000] [--per-trigger 500000]
 """

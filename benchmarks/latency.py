@@ -7,7 +7,7 @@ Delta version that added its data file minus its ``_cdc_event_time`` (inserts of
 version's new files hold exactly the rows it committed). Reports p50/p95/max over the events written
 after a warm-up, each phase's median over the batches and the CPU time per second of the job's processes
 (driver, Spark JVM, Python workers) after the warm-up. Not a test; ``make bench`` runs it, results in
-docs/performance.md:
+benchmarks/LOG.md:
 
     python benchmarks/latency.py [--seconds 60] [--rate 1000] [--warmup 15]
 """

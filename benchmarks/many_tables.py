@@ -5,7 +5,7 @@ tables); each runs through ``replicator mirror --available-now`` in this process
 session, after a warm-up batch), and the Spark jobs of each run are counted in Spark's status store.
 A batch costs a fixed number of Spark jobs whatever its tables (the listing of the batch's files); the
 per-table work is the delta-rs MERGE and state commits, run in a thread pool. Not a test; ``make bench``
-runs it, results in docs/performance.md:
+runs it, results in benchmarks/LOG.md:
 
     python benchmarks/many_tables.py [--events 100000] [--tables 200]
 """

@@ -2,7 +2,7 @@
 
 Runs ``replicator mirror --available-now`` over a backlog of N events and of 10 x N events, both in files
 of ``--per-file`` events with ``max_files_per_trigger`` files per micro-batch, and compares the peak RSS of
-the two command process trees. Not a test; ``make bench`` runs it, results in docs/performance.md:
+the two command process trees. Not a test; ``make bench`` runs it, results in benchmarks/LOG.md:
 
     python benchmarks/memory.py [--events 100000] [--per-file 10000] [--files-per-trigger 2]
 """

@@ -11,7 +11,7 @@ files hold narrow key ranges), then ``replicator mirror --available-now`` runs w
 - ``uniform``: updates anywhere in the 5M keys. Every data file holds some touched key, so copy-on-write
   MERGE rewrites the whole table each batch: cost follows the table size (the limit, measured).
 
-Not a test; ``make bench`` runs it, results in docs/performance.md:
+Not a test; ``make bench`` runs it, results in benchmarks/LOG.md:
 
     python benchmarks/steady_state.py [--rows 5000000] [--batches 10] [--events 100000] [--keys hot]
 """

@@ -2,7 +2,7 @@
 
 Reports events/s (wall time of the whole command), peak RSS of the command's process tree (driver +
 JVM), and the floor on this machine: orjson parse of every message + one write_deltalake of the final
-table. Not a test; run with `make bench` and copy the figures into docs/performance.md.
+table. Not a test; run with `make bench` and copy the figures into benchmarks/LOG.md.
 
     python benchmarks/throughput.py [--events 1000000] [--keys 100000] [--files-per-trigger 0]
 """

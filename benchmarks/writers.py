@@ -28,7 +28,7 @@ and ``executor_jvm`` the executors'.
 
 Writes ``<workdir>/result.json`` after every run (a rerun with ``--only``/``--envs``/``--writers``
 replaces those runs and keeps the others of the same scale) and prints a Markdown table for
-docs/performance.md. The inputs are generated once per scale and reused while their parameters match.
+benchmarks/LOG.md. The inputs are generated once per scale and reused while their parameters match.
 
     python benchmarks/writers.py --prepare-only   # the inputs and the 5M-row mirror (no timing in them)
     python benchmarks/writers.py                  # every run, full scale (~15-20 min, quiet 2-core machine)

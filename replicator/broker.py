@@ -83,7 +83,7 @@ def _properties(folder: Path, port: int, controller: int, extra: dict[str, str])
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
         # One voter: the controller's no-op record every 500 ms (Kafka's default, written and flushed) was
-        # half of an idle broker's CPU here, on the cores the job under test shares (docs/performance.md).
+        # half of an idle broker's CPU here, on the cores the job under test shares (benchmarks/LOG.md).
         "metadata.max.idle.interval.ms": "10000",
         # Retention tests delete segments on demand (a short check interval, small segments per topic).
         "log.retention.check.interval.ms": "1000",

@@ -14,7 +14,7 @@ Each stage is a module or package of its own name, and imports go one way (tests
   tombstones, phases, history tables;
 - ``replicator.state``: registry, change log, dead letters and the batch summary are recorded.
 
-This module calls them in that order, with the batch's phases timed. docs/performance.md has the costs.
+This module calls them in that order, with the batch's phases timed. benchmarks/LOG.md has the costs.
 A streaming batch may be applied (the last two stages) while Spark decodes the next one
 (:meth:`Engine.submit`, ``trigger.overlap``): its inputs are noted in the state until it is applied, so that
 a crash after Spark committed it does not lose it (:meth:`Engine.recover`).

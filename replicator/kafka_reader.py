@@ -3,7 +3,7 @@
 Spark's Kafka source plans each micro-batch (the offset ranges, in its checkpoint) and still decides what a
 batch is; with ``source.kafka.reader: direct`` (``auto``: wherever the job's options allow it) the decode
 tasks read those ranges from the brokers themselves instead of receiving the records through Spark's JVM.
-Measured on the 5M catch-up (docs/performance.md, "Kafka catch-up"): Spark's source copied each record five
+Measured on the 5M catch-up (benchmarks/LOG.md, "Kafka catch-up"): Spark's source copied each record five
 times in the JVM (consumer, projections, the Arrow writer to the Python worker), +38 CPU-s over the files
 source; here a record is fetched by librdkafka and handed to Arrow once.
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 # The consumers' fetch.max.wait.ms, Spark's (sources.kafka_options) and the decode tasks' own: at the head
 # of the log the broker holds a fetch until new records come or this long passes (Kafka's 500 ms made every
-# partition read of a streaming batch wait: docs/performance.md). Reads of records that are there never wait.
+# partition read of a streaming batch wait: benchmarks/LOG.md). Reads of records that are there never wait.
 FETCH_MAX_WAIT_MS = "10"
 
 # Kafka's Java client options (``kafka.``-prefixed in the job file, as Spark's source takes them) that mean
@@ -165,7 +165,7 @@ def records_schema() -> pa.Schema:
 class Records(NamedTuple):
     """Records of one partition as read: the Python objects librdkafka's client gave (the values as bytes,
     NULL for a tombstone), before any Arrow. The decoder reads them as they are: the values through an
-    Arrow binary column and back cost ~0.7-1.1 µs a record, a third of the read (docs/performance.md)."""
+    Arrow binary column and back cost ~0.7-1.1 µs a record, a third of the read (benchmarks/LOG.md)."""
 
     values: list[Any]
     keys: list[Any]
@@ -233,7 +233,7 @@ def read_records(
 
 
 # Consumers kept between a Python worker's tasks: a new one per task cost ~25 ms of a ~160 ms read of
-# 62,500 records (its threads, the bootstrap connection, the metadata; docs/performance.md), on the task's
+# 62,500 records (its threads, the bootstrap connection, the metadata; benchmarks/LOG.md), on the task's
 # core. Keyed by the settings (one job's brokers); taken by one read at a time, closed on any failure.
 _IDLE: dict[tuple[tuple[str, str], ...], list[Any]] = {}
 _IDLE_LOCK = threading.Lock()
@@ -305,7 +305,7 @@ def _read(
     try:
         while last < end - 1:
             # No more than the range still holds: a call asking for more waits its whole WAIT at the head of
-            # the log (each range of a small batch read ~50 ms longer than it took; docs/performance.md).
+            # the log (each range of a small batch read ~50 ms longer than it took; benchmarks/LOG.md).
             messages = consumer.consume(min(FETCH, end - 1 - last), WAIT)
             if not messages:
                 if time.monotonic() - stalled > STALL_SECONDS:

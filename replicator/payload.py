@@ -200,7 +200,7 @@ def release_memory() -> None:
     Arrow's pool (mimalloc) keeps what a task freed for the next one, and glibc keeps Python's and the
     libraries' freed chunks mapped until trimmed. Giving it all back after every task made the next task
     fault every page in again, zeroed by the kernel: on the 5M catch-up, 1.2M page faults and ~9 s of
-    kernel time in the Python workers, ~10% of the run (perf; docs/performance.md). Kept, the workers
+    kernel time in the Python workers, ~10% of the run (perf; benchmarks/LOG.md). Kept, the workers
     fault ~0.2M pages, each process stays at its largest task's size (~0.45 GB a worker, ~0.6-0.85 GB the
     driver there) and the run's peak is ~0.4 GB higher. A process above the limit (a larger batch) gives
     its freed memory back as before."""

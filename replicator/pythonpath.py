@@ -3,7 +3,7 @@
 spark-submit (and Spark's Python daemon on every executor) puts ``$SPARK_HOME/python/lib/pyspark.zip`` and
 ``py4j-<version>-src.zip`` first on ``sys.path``. Python caches no bytecode for modules imported from a zip,
 so each start compiles pyspark's sources again: ~0.5 s of CPU in the driver, and as much in a local run's
-daemon and workers (docs/performance.md). When Spark runs from the installed ``pyspark`` package (pip's),
+daemon and workers (benchmarks/LOG.md). When Spark runs from the installed ``pyspark`` package (pip's),
 its zips lie inside that package and hold the same files: they are moved behind the installed packages.
 A zip of another Spark distribution (a vendor's build may patch pyspark under the same version) and a
 py4j zip whose version is not the installed py4j's stay where they are. Only the standard library is imported

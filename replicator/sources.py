@@ -413,7 +413,7 @@ def kafka_options(options: KafkaOptions) -> dict[str, str]:
 # partition's earliest and latest offsets (two ListOffsets round trips) after every poll
 # (InternalKafkaConsumer.fetch), and a poll returns at most max.poll.records (500): 2,000 takes a whole
 # default fetch (max.partition.fetch.bytes, 1 MB: ~1,250 records of 800 bytes) in one poll, with no more
-# memory held. Measured on 1M canal-json records (docs/performance.md, "Kafka catch-up"): Spark's JVM
+# memory held. Measured on 1M canal-json records (benchmarks/LOG.md, "Kafka catch-up"): Spark's JVM
 # -1.7 CPU-s, the broker -1.9 CPU-s. Larger fetches (8 MB) cost more in young collections than they saved.
 KAFKA_CONSUMER_DEFAULTS = {"kafka.max.poll.records": "2000"}
 

@@ -29,7 +29,7 @@ LOCAL_DEFAULTS: dict[str, str] = {
     # The JVM moves file names and small results, never a batch's events (replicator.exchange) or what
     # the driver collects that may be large (net changes, dead letters: payload.to_files). So the heap
     # does not grow with the batch: 512m (Spark's least for local mode) ran the 5M catch-up's
-    # 500k-event batches and a 1M-event batch, and the JVM's RSS fell by ~0.4 GB (docs/performance.md).
+    # 500k-event batches and a 1M-event batch, and the JVM's RSS fell by ~0.4 GB (benchmarks/LOG.md).
     "spark.driver.memory": "512m",
     # A heap that runs out in one of Spark's own threads (task-result-getter) leaves the job waiting
     # forever: exit instead, so the run fails and restarts from its checkpoint (exactly once holds).
@@ -56,7 +56,7 @@ SESSION_DEFAULTS: dict[str, str] = {
     # PySpark's DataFrame debugging wraps each Column function to capture its Python call site: a stack
     # walk and a few py4j round trips per call, and one more per JVM object it made once Python frees it.
     # The driver builds its plans from such calls; measured on a cluster's 1M catch-up, the driver's CPU
-    # fell by 0.1-0.2 s without it (docs/performance.md). An error still names the failing expression.
+    # fell by 0.1-0.2 s without it (benchmarks/LOG.md). An error still names the failing expression.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
     # The streaming checkpoint (state.path/checkpoint: always on the driver's local file system) goes
     # through Hadoop's FileContext by default, which, without Hadoop's native library, forks `readlink`
@@ -240,7 +240,7 @@ def _files_dir_on_workers_path(spark: SparkSession) -> None:
 # Starting Spark's driver JVM is mostly loading and verifying classes from Spark's jars: measured on the
 # 1M catch-up, ~9 s and ~8.8 CPU seconds before the first task. A class data sharing (AppCDS) archive of
 # the classes a mirror run loads, mapped at start, cut that to ~5 s and 4.9 CPU seconds (wall 23.2 ->
-# 19.4 s; docs/performance.md). `replicator jvm-archive` writes it (`make install` runs it); an embedded
+# 19.4 s; benchmarks/LOG.md). `replicator jvm-archive` writes it (`make install` runs it); an embedded
 # session starts from it when it exists. A missing archive is skipped, one made by another JVM or for
 # other jars is refused by the JVM (it starts without it); a half-written one would crash the JVM, so
 # the archive is only ever moved into place whole.
@@ -316,7 +316,7 @@ def local_frame(
 def struct(schema: pa.Schema) -> StructType:
     """An Arrow schema as Spark's StructType. The engine gives Spark schemas as types, never as DDL text:
     text goes through Spark's SQL parser, whose first use costs the driver JVM ~0.2 CPU seconds (loading
-    its grammar), which a mirror run with the default writer needs nowhere else (docs/performance.md)."""
+    its grammar), which a mirror run with the default writer needs nowhere else (benchmarks/LOG.md)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(schema)

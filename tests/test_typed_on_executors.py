@@ -89,7 +89,7 @@ def test_a_real_large_batch_is_typed_and_written_by_the_fold_tasks(spark, tmp_pa
     """At the real threshold (no patched constant): a batch of TYPED_ON_EXECUTORS inserts into a new table is
     written by the fold tasks, the next batch's as many updates are typed by them against the mirror; every
     row of the mirror is the one the messages describe."""
-    n = 10_000  # engine.TYPED_ON_EXECUTORS, the split docs/performance.md measured
+    n = 10_000  # engine.TYPED_ON_EXECUTORS, the split benchmarks/LOG.md measured
     runner = Runner(spark, job(tmp_path))
     planned: list[Any] = []
     real = runner.engine._typing

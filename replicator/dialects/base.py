@@ -7,7 +7,7 @@ format shares: UTF-8 and JSON checks, JSON array documents holding several messa
 ``dialect: auto``, and turning anything a dialect cannot read into an error row that keeps the raw record.
 
 Decoding is plain Python over parsed messages (orjson), run by Spark's Python workers on the executors
-(replicator.decode). docs/performance.md has the measurements behind this choice:
+(replicator.decode). benchmarks/LOG.md has the measurements behind this choice:
 per message it costs a quarter of Spark SQL's ``from_json`` + map expressions, and it has no query plan to
 compile for every micro-batch.
 """

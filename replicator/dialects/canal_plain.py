@@ -8,7 +8,7 @@ override them and never come here):
   maps (``mysqlType``/``sqlType``, a third of a message, the same in message after message) and
   ``pkNames`` stay raw bytes, compared with the last ones and parsed only when they change; row values
   are checked to be text while parsing. Measured on the benchmark workload: 3.1 µs per message against
-  orjson's 4.4 µs (docs/performance.md, "Decoding per message").
+  orjson's 4.4 µs (benchmarks/LOG.md, "Decoding per message").
 - :func:`read_message` reads an already parsed message (a record holding a JSON array of messages).
 
 Anything else (DDL, a gtid, numbers as values, a missing field, a NULL primary key, an unknown key)

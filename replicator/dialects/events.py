@@ -129,7 +129,7 @@ class Events:
     Each row is one tuple (:meth:`row`); the fields of DDL and error rows are kept aside by row number.
     :meth:`to_arrow` transposes the tuples and hands each column to Arrow in one call: measured, that is
     cheaper than a list per column appended row by row, and Arrow converts a list of dicts to a map column
-    faster than from flat key/value lists built in Python (docs/performance.md, "Decoding per message").
+    faster than from flat key/value lists built in Python (benchmarks/LOG.md, "Decoding per message").
 
     The usual canal row has a compact layout of its own (:attr:`usual`: images, op, its table's slot and
     the message's numbers), whose seq, position, event_time, meta and coordinates are computed in Arrow

@@ -12,7 +12,7 @@ driver itself, the same way, without a Spark job.
 
 The JVM carries the listings and the files' names, never an event: a Spark shuffle of the events (as
 payload rows, and a partial fold per task before it) cost the JVM ~7 s of CPU per 1M events, and the
-partial fold read and wrote most events twice (docs/performance.md).
+partial fold read and wrote most events twice (benchmarks/LOG.md).
 """
 
 from __future__ import annotations

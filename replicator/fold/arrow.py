@@ -2,7 +2,7 @@
 
 The batch's decoded events are one Arrow table on the driver; ordering and folding are Arrow compute,
 bounded by the trigger size (``max_files_per_trigger`` / ``maxOffsetsPerTrigger``). Measured on 2 cores
-(docs/performance.md): the former Spark aggregate over map columns cost 25 µs per event, this about 1 µs.
+(benchmarks/LOG.md): the former Spark aggregate over map columns cost 25 µs per event, this about 1 µs.
 
 Barriers (DDL, TRUNCATE) split a table's events into segments applied in source order; inside a segment
 the event with the newest ``seq`` wins. An update that changes the primary key becomes a delete of the old

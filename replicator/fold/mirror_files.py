@@ -6,7 +6,7 @@ tombstones and no horizon to guard against, so a MERGE of its net changes would 
 not a delete. Those rows go to files here; the deletes (their tombstones), the rows with a value that
 does not fit (dead letters) and those with columns the mirror lacks (schema evolution) still go to the
 driver. On a 1M catch-up the driver's apply went from ~290 to ~35 ms and its Python's CPU fell by ~0.25 s
-(docs/performance.md). A batch that is replayed writes its files again: the first try's, never committed,
+(benchmarks/LOG.md). A batch that is replayed writes its files again: the first try's, never committed,
 are orphans that ``optimize``'s vacuum removes (as the change log's).
 """
 

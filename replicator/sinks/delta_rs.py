@@ -34,7 +34,7 @@ def handle(path: str):  # type: ignore[no-untyped-def]
     up to date with the commits since (``update_incremental``), rather than loaded again from its
     checkpoint and every commit after it. A mirror's micro-batch opened its table ~10 times (its own, the
     registry's, its state tables'), each load reading the log since the last checkpoint: ~20 ms each on a
-    table of a few dozen commits, against ~4 ms to bring a kept one up to date (docs/performance.md).
+    table of a few dozen commits, against ~4 ms to bring a kept one up to date (benchmarks/LOG.md).
 
     Kept per thread: a handle is never used by two threads at once. Read again, not brought up to date,
     when the folder was removed, moved or replaced in this process (base.forget): the update reads only
