@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fast e2e lint format bench soak fuzz clean
+.PHONY: install demo test test-fast e2e lint format docs reference bench soak fuzz clean
 
 install: $(STAMP) ## create .venv with the `replicator` command and the dev tools
 
@@ -51,6 +51,15 @@ format: install
 	$(BIN)/ruff format replicator tests benchmarks jobs fuzz
 	$(BIN)/ruff check --fix replicator tests benchmarks jobs fuzz
 
+# The site (mkdocs.yml): --strict fails on a broken link, a missing page or an anchor that is not there;
+# the job-file reference must match replicator/config.py (`make reference` writes it again).
+docs: install ## build the documentation site into site/ (mkdocs, strict)
+	$(BIN)/python -m replicator.commands.reference --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+reference: install ## write docs/reference/job-file.md from the job file's models
+	$(BIN)/python -m replicator.commands.reference
+
 soak: install ## long randomized runs: many hypothesis examples through the real engine (not in `make test`)
 	@# New random examples each run; the seed is printed (first and last): HYPOTHESIS_SEED=N repeats a run.
 	HYPOTHESIS_PROFILE=soak HYPOTHESIS_SEED=$(HYPOTHESIS_SEED) $(BIN)/python -m pytest -q --timeout 7200 \
@@ -89,4 +98,4 @@ bench: install ## the benchmarks of benchmarks/LOG.md (about 80 minutes); result
 	$(BIN)/python benchmarks/writers.py
 
 clean:
-	rm -rf demo-out bench-out fuzz-out .pytest_cache spark-warehouse
+	rm -rf demo-out bench-out fuzz-out site .pytest_cache spark-warehouse
