@@ -375,7 +375,8 @@ def parse_table_changes(text: str | dict[str, Any] | list[Any]) -> list[SchemaCh
 
 
 def _mongo_command(text: str) -> list[SchemaChange]:
-    """A MongoDB command document (drs-mongo DDL, seed 003): collection create / drop / rename."""
+    """A MongoDB command document (drs-mongo DDL, Huawei DRS «Kafka消息格式»): collection create / drop /
+    rename."""
     try:
         command = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -145,7 +145,7 @@ _TZ = {
     "timestamp_ltz",
 }
 
-# java.sql.Types codes (seed 004's table) for columns that arrive without a type name.
+# java.sql.Types codes (CloudCanal «MQ 消息同步格式说明»'s table) for columns that arrive without a type name.
 JDBC_TYPES: dict[int, pa.DataType] = {
     -7: pa.bool_(),
     16: pa.bool_(),

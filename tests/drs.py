@@ -1,4 +1,5 @@
-"""Huawei DRS JSON message builders (seed 003 shapes, tests/fixtures/drs-json/) and a reference model that
+"""Huawei DRS JSON message builders (Huawei DRS «Kafka消息格式» shapes, tests/fixtures/drs-json/) and a
+reference model that
 applies a list of events by sequence, for the phase, bootstrap and replay tests."""
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def canal(
     types: dict[str, str] | None = None,
     pk: list[str] | None = None,
 ) -> dict[str, Any]:
-    """A canal-json FlatMessage (seed 002 shape)."""
+    """A canal-json FlatMessage (canal «Data Type» shape)."""
     types = types or ORDER_TYPES
     return {
         "data": rows,

@@ -1,4 +1,5 @@
-"""ALTER TABLE ... ADD COLUMN ... DEFAULT through the real engine (canal-json, seed 002 shapes): the rows the
+"""ALTER TABLE ... ADD COLUMN ... DEFAULT through the real engine (canal-json, canal «Data Type» shapes): the
+rows the
 mirror held at the DDL take the default, as the database's rows do without a row event; rows written after
 the DDL keep their own values; a redelivered batch changes nothing; history's current versions follow.
 

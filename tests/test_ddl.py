@@ -1,7 +1,8 @@
 """DDL text and tableChanges -> schema-change objects (replicator.ddl), without Spark.
 
-Golden cases: every DDL / TRUNCATE event of the dialect fixtures (seed 001 CKafka, 002 canal, 003 DRS
-INIT_DDL, 004 CloudCanal / canal-json / Debezium with their tableChanges, and the vendor vectors) parsed
+Golden cases: every DDL / TRUNCATE event of the dialect fixtures (CKafka «MySQL 订阅消息官方格式说明», canal
+«Data Type», DRS INIT_DDL, CloudCanal / canal-json / Debezium with their tableChanges, and the vendor vectors)
+parsed
 into ``tests/fixtures/ddl/fixtures.expected.json``. ``REPLICATOR_REGOLD=1`` rewrites it; review by hand.
 """
 
@@ -134,7 +135,7 @@ def test_table_changes_give_the_declared_schema():
         ),
         primary_key=("col_pk",),
     )
-    # Debezium: typeName + length (seed 004 has none; the Debezium docs example does)
+    # Debezium: typeName + length (CloudCanal «MQ 消息同步格式说明» has none; the Debezium docs example does)
     debezium = ddl.parse_event(fixture_events()["debezium/docs-mysql-schema-change-alter#0"])
     declared = next(c for c in debezium if isinstance(c, ddl.DeclareSchema))
     assert {c.name: c.type for c in declared.columns}["middle_name"] == "varchar(255)"

@@ -15,7 +15,9 @@ from tests.helpers import Runner, canal, delta_table, job, order
 
 def drs_row(i: int, amount: str) -> dict:
     message = dml("INSERT", [{"id": str(i), "name": "x", "qty": "1", "amount": amount}], id_=i)
-    message["mysqlType"] = {**message["mysqlType"], "amount": "decimal"}  # seed 003: bare, no precision
+    # Huawei DRS «Kafka消息格式»: bare, no
+    # precision
+    message["mysqlType"] = {**message["mysqlType"], "amount": "decimal"}
     message["sqlType"] = {**message["sqlType"], "amount": 3}
     return message
 

@@ -11,7 +11,9 @@ import pytest
 
 from tests.helpers import Runner, delta_table, job, write_jsonl
 
-ES = 1_655_812_326  # seconds, as seed 001's DDL examples write it: larger than any binlog position
+# seconds, as Tencent CKafka «MySQL 订阅消息官方格式说明»'s DDL examples write it: larger than any binlog
+# position
+ES = 1_655_812_326
 
 
 def create(table: str) -> dict:
@@ -135,7 +137,8 @@ def test_a_mirror_untyped_for_lack_of_types_takes_the_types_a_later_create_decla
 
 
 def canal_ddl(table: str, kind: str, sql: str, es: int = ES) -> dict:
-    """A canal-shaped DDL message as CKafka sends it (seed 001: es/ts in seconds, id 0)."""
+    """A canal-shaped DDL message as CKafka sends it (Tencent CKafka «MySQL 订阅消息官方格式说明»: es/ts in
+    seconds, id 0)."""
     message = {"data": None, "database": "shop", "es": es, "id": 0, "isDdl": True, "mysqlType": None}
     return (
         message

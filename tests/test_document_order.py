@@ -1,6 +1,6 @@
 """drs-mongo through the engine (issue 35): documents equal the source's whatever the delivery order and
 however often a message is redelivered; patches without their document are kept and counted; numbers stay
-as written. Seed 003's messages are the golden examples."""
+as written. Huawei DRS «Kafka消息格式»'s messages are the golden examples."""
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def mongo_job(tmp_path: Path):
 
 
 def test_seed_in_reverse_order_one_batch_each_then_redelivered(spark, tmp_path):
-    """Seed 003's insert, replace, $set, $unset+$set delivered newest first, a batch each: the document is
+    """Huawei DRS «Kafka消息格式»'s insert, replace, $set, $unset+$set delivered newest first, a batch each:
+    the document is
     the source's; every message delivered again changes nothing; the remove deletes it, and a redelivered
     $set older than the remove does not bring it back."""
     runner = Runner(spark, mongo_job(tmp_path))
@@ -122,7 +123,8 @@ def test_patches_without_their_document_are_kept_partial_and_counted(spark, tmp_
 
 def test_a_remove_of_a_document_never_seen_then_its_insert(spark, tmp_path):
     """A batch of only the remove of a document not in the mirror created the mirror without its
-    `document` column, and the next batch failed reading it (found with history tables, seed 003 newest
+    `document` column, and the next batch failed reading it (found with history tables, Huawei DRS
+    «Kafka消息格式» newest
     first). The remove's tombstone keeps the older insert out; a newer insert comes in."""
     runner = Runner(spark, mongo_job(tmp_path))
     deliver(runner, tmp_path, [seed("seed003-remove")])
@@ -150,7 +152,7 @@ def test_numbers_stay_as_written(spark, tmp_path):
 
 
 def message_of(position, key, kind, payload) -> dict:
-    """A DRS DDS message (seed 003's shape) of the model's change."""
+    """A DRS DDS message (Huawei DRS «Kafka消息格式»'s shape) of the model's change."""
     secs, inc, ident = position
     oid = f'ObjectId("{key}")'
     record = {"insert": "insert", "replace": "replace", "patch": "update", "delete": "doc"}[kind]

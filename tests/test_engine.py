@@ -362,7 +362,8 @@ def test_a_batch_leaves_no_payload_files_and_stale_folders_go(spark, tmp_path):
 
 
 def _ckafka(values: dict, table: str, pos: int) -> dict:
-    """A CKafka format-one INSERT (seed 001 shape): no key in the message."""
+    """A CKafka format-one INSERT (Tencent CKafka «MySQL 订阅消息官方格式说明» shape): no key in the
+    message."""
     return {
         "BINLOG_NAME": "mysql-bin.000003",
         "BINLOG_POS": pos,

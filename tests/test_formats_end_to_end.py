@@ -207,7 +207,8 @@ def test_a_container_block_over_the_job_files_limit_is_a_dead_letter(spark, tmp_
 
 def test_drs_json_c_files_reach_the_mirror_typed_in_the_source_zone(spark, tmp_path):
     """drs-json-c through a real job: JSON-C writes TIMESTAMP as the source zone's wall clock, read in
-    source.timezone (Asia/Shanghai, as seed 003's DATETIME shows): the mirror holds the instant drs-json
+    source.timezone (Asia/Shanghai, as Huawei DRS «Kafka消息格式»'s DATETIME shows): the mirror holds the
+    instant drs-json
     carries as epoch seconds. Binary values are byte lists; an update replaces the row."""
     folder = tmp_path / "in"
     folder.mkdir()

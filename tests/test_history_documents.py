@@ -4,7 +4,8 @@ splits and the redelivery (replicator.apply.history.documents).
 
 The property drives the real history writer (``HistoryTable`` over delta-rs tables in a tmp dir, no Spark)
 with decoded events of the model's changes (tests/test_document_merge.py), and compares with the test's
-own model: the received changes applied in source order to plain dicts. Seed 003's messages go through
+own model: the received changes applied in source order to plain dicts. Huawei DRS «Kafka消息格式»'s messages
+go through
 the engine (Spark) as the golden example."""
 
 from __future__ import annotations
@@ -292,7 +293,8 @@ def test_a_batch_retried_after_a_failed_rewrite_is_written_once(tmp_path, monkey
     ]
 
 
-# ---- seed 003 through the engine --------------------------------------------------------------------------
+# ---- Huawei DRS «Kafka消息格式» through the engine
+# --------------------------------------------------------------------------
 
 
 def es(name: str) -> dt.datetime:
@@ -303,7 +305,8 @@ def es(name: str) -> dt.datetime:
     "writer", ["delta-rs", pytest.param("delta-spark", marks=[pytest.mark.delta_spark, pytest.mark.slow])]
 )
 def test_seed_history_newest_first_then_redelivered(spark, tmp_path, writer):
-    """Seed 003's insert, replace, $set, $unset+$set and remove, delivered newest first (a batch each: the
+    """Huawei DRS «Kafka消息格式»'s insert, replace, $set, $unset+$set and remove, delivered newest first (a
+    batch each: the
     remove first, then patches of a document not seen yet) and then all again: the history is the source's,
     one version per change, the remove closing the last."""
     runner = Runner(

@@ -329,7 +329,7 @@ class CanalJson(Encoder):
             return [
                 {
                     **base,
-                    # canal names a RENAME by its new table (seed 002)
+                    # canal names a RENAME by its new table (canal «Data Type»)
                     "table": s.table if s.kind == "rename_table" else table.name,
                     "data": None,
                     "isDdl": True,
@@ -360,7 +360,8 @@ class CanalJson(Encoder):
 
 class CloudCanalJson(Encoder):
     dialect = name = "cloudcanal-json"
-    # ALTER as in seed 004 (the table's types after the change in dbValType, no tableChanges); which name a
+    # ALTER as in CloudCanal «MQ 消息同步格式说明» (the table's types after the change in dbValType, no
+    # tableChanges); which name a
     # RENAME message carries is not documented, so no renames here.
     ddl = frozenset({"add_column", "drop_column"})
 
@@ -421,7 +422,8 @@ class CloudCanalJson(Encoder):
 
 
 def _drs_text(column: str, value: Any) -> str | None:
-    # DRS writes MySQL datetime with the fraction's trailing zeros dropped (seed 003: "17:51:53.5").
+    # DRS writes MySQL datetime with the fraction's trailing zeros dropped (Huawei DRS «Kafka消息格式»:
+    # "17:51:53.5").
     if isinstance(value, dt.datetime):
         return dt_text(value, 6).rstrip("0").rstrip(".")
     return mysql_text(column, value)
@@ -484,7 +486,7 @@ def _binlog(i: int) -> tuple[str, int]:
 
 class RiverCanal(Encoder):
     dialect = name = "river-canal"
-    truncate = False  # KafkaRiverCanal publishes row events only (seed 000)
+    truncate = False  # KafkaRiverCanal publishes row events only (KafkaRiverCanal «Kafka消息 Specification»)
 
     def messages(self, i: int, s: Statement, table: Table) -> list[dict[str, Any]]:
         file, pos = _binlog(i)

@@ -1,7 +1,8 @@
 """Column types declared in the job file (``tables.types``), for what messages leave untyped.
 
 Some formats carry no column type (CKafka format one, Debezium without schemas) or a bare one (Huawei DRS
-``mysqlType: "decimal"``, no precision: seed 003); without help such a column becomes a string column. A
+``mysqlType: "decimal"``, no precision: Huawei DRS «Kafka消息格式»); without help such a column becomes a
+string column. A
 declared type (source type text as in DDL) is used where the message gives no type for the column, or only
 the declared type's bare name (``decimal`` for ``decimal(12,2)``); a type the message states in full wins.
 Values then parse strictly against it, and one that does not fit is a dead letter naming the column

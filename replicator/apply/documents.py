@@ -2,7 +2,8 @@
 that wrote it.
 
 DRS sends a MongoDB document's changes as full images (``insert``, ``replace``), deletes and patches
-(``$set`` / ``$unset`` of dotted paths; seed 003). A mirror that let the newest message win per key was
+(``$set`` / ``$unset`` of dotted paths; Huawei DRS «Kafka消息格式»). A mirror that let the newest message win
+per key was
 wrong as soon as a message came late or twice (issue 35). So each stored document keeps, in its
 ``_cdc_fields`` column, the state a change is merged into:
 

@@ -1,9 +1,9 @@
-"""canal-json: Alibaba canal's FlatMessage (seed 002; seed 004 "Canal Json").
+"""canal-json: Alibaba canal's FlatMessage (canal «Data Type»; CloudCanal «MQ 消息同步格式说明» "Canal Json").
 
 One message holds 1..n rows of one table: ``data`` (after images; for DELETE the deleted rows) and, for
 UPDATE, ``old`` holding only the changed columns' previous values (canal MQMessageUtils). All values are
 JSON strings, NULL is JSON null. Binary columns carry their bytes as ISO-8859-1 text (canal
-LogEventConvert; notes/ENCODINGS.md §1). Order: ``es`` (binlog execute time, ms) then ``id``.
+LogEventConvert). Order: ``es`` (binlog execute time, ms) then ``id``.
 """
 
 from __future__ import annotations
@@ -146,7 +146,8 @@ class CanalJson(Dialect):
         self.raw_types: dict[Any, tuple[Any, Any, Image, Any, Any]] = {}
 
     def disambiguate(self, message: dict[str, Any]) -> bool:
-        """Canal, never DRS: a parameterised mysqlType (``int(11)``; DRS writes bare names, seed 003), a
+        """Canal, never DRS: a parameterised mysqlType (``int(11)``; DRS writes bare names, Huawei DRS
+        «Kafka消息格式»), a
         canal DDL type (CREATE, ALTER, ...; DRS writes ``DDL``), or a ``gtid``/``_tidb`` key."""
         kind = head_text(message.get("type"))
         canal_ddl = kind is not None and kind.upper() in DDL_KINDS and kind.upper() != "INIT_DDL"
@@ -182,7 +183,7 @@ class CanalJson(Dialect):
         return f"es={d_text(order['es'])} id={d_text(order['id'])}"
 
     def order_key(self, m: dict[str, Any], order: dict[str, int | None]) -> tuple[int, ...]:
-        """The dialect's part of ``seq`` (ARCHITECTURE.md: es then id)."""
+        """The dialect's part of ``seq`` (es then id)."""
         return (epoch_millis(order["es"]) or 0, order["id"] or 0)
 
     def event_time(self, m: dict[str, Any], order: dict[str, int | None]) -> int | None:

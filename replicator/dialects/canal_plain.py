@@ -46,7 +46,8 @@ Where = tuple[int, str | None, int | None, int | None, int]
 
 
 class PlainMessage(msgspec.Struct, forbid_unknown_fields=True):
-    """canal's FlatMessage (seed 002) as the usual row message writes it; any other key is refused."""
+    """canal's FlatMessage (canal «Data Type») as the usual row message writes it; any other key is
+    refused."""
 
     # canal's own key names (camelCase)
     type: str
@@ -244,7 +245,8 @@ def _table(dialect: CanalJson, here: tuple[str, str, msgspec.Raw, msgspec.Raw]) 
                 lambda: dialect.build_types(parsed),
                 dialect.column_facts,
             )
-            # the table's columns in mysqlType's order, canal's column order (the rows' own, seed 002)
+            # the table's columns in mysqlType's order, canal's column order (the rows' own, canal
+            # «Data Type»)
             named = parsed["mysqlType"] if type(parsed["mysqlType"]) is dict else {}
             reader = _row_reader(tuple(dict.fromkeys([*named, *types])))
         except Exception:  # a float type code (Inexact) and the like: the general path says what

@@ -1,11 +1,13 @@
-"""ckafka: Tencent CKafka connector's MySQL subscription messages (seed 001; docs/dialects.md (ckafka)).
+"""ckafka: Tencent CKafka connector's MySQL subscription messages (Tencent CKafka
+«MySQL 订阅消息官方格式说明»; docs/dialects.md (ckafka)).
 
 A topic of this connector carries three shapes, routed per message by its keys:
 
 * "official format one" (官方格式一) DML: BINLOG_NAME, BINLOG_POS, DATABASE, TABLE, TYPE (I/U/D; the doc's
   field table writes insert as ``l``), TIME ``yyyyMMddHHmmss``, GLOBAL_ID (GTID), NEW_VALUES / OLD_VALUES
   (JSON objects: full after / before rows). No column types, no primary key.
-* canal-shaped DDL ("DDL 消息格式与 canal 格式一致", seed 001; ``es``/``ts`` in seconds, in ms for RENAME):
+* canal-shaped DDL ("DDL 消息格式与 canal 格式一致", Tencent CKafka «MySQL 订阅消息官方格式说明»;
+  ``es``/``ts`` in seconds, in ms for RENAME):
   decoded by the canal-json dialect's code (:class:`CanalJson`).
 * Tencent's "Canal 格式" DML (tencent-ckafka-canal-json vectors): values as JSON numbers, ``old`` is the full
   before row, a DELETE has its row in ``old`` and ``data: null``, ``pkNames``/``mysqlType`` null, ``es`` may
@@ -64,7 +66,8 @@ class CKafka(CanalJson):
     any_keys: ClassVar[frozenset[str]] = frozenset()
     forbidden_keys: ClassVar[frozenset[str]] = frozenset()
     ambiguous_with: ClassVar[frozenset[str]] = frozenset()
-    # TYPE of format one; the doc's field table writes insert as `l` (lower-case L; seed 001), its examples
+    # TYPE of format one; the doc's field table writes insert as `l` (lower-case L; Tencent CKafka
+    # «MySQL 订阅消息官方格式说明»), its examples
     # write `I`. Matched case-insensitively.
     format_one_ops: ClassVar[dict[str, str]] = {"I": "insert", "L": "insert", "U": "update", "D": "delete"}
 
@@ -153,7 +156,8 @@ class CKafka(CanalJson):
         )
 
     def wall_clock(self, text: str) -> int | None:
-        """TIME ``yyyyMMddHHmmss`` is the MySQL server's wall clock (seed 001 writes epoch 0 as
+        """TIME ``yyyyMMddHHmmss`` is the MySQL server's wall clock (Tencent CKafka
+        «MySQL 订阅消息官方格式说明» writes epoch 0 as
         "19700101080000", a UTC+8 server): read it in ``source.timezone``, as epoch microseconds.
 
         As Spark's ``try_make_timestamp``: a date or time that does not exist is NULL, second 60 is the next
@@ -250,5 +254,6 @@ class CKafka(CanalJson):
 
     def order_key(self, m: dict[str, Any], order: dict[str, int | None]) -> tuple[int, ...]:
         """canal's (es, id), with es falling back to ts like the event time (see :meth:`execute_time`).
-        Also used by the inherited DDL decoding, whose es is never 0 in seed 001."""
+        Also used by the inherited DDL decoding, whose es is never 0 in Tencent CKafka
+        «MySQL 订阅消息官方格式说明»."""
         return (epoch_millis(self.execute_time(m, order)) or 0, order["id"] or 0)

@@ -1,11 +1,13 @@
-"""cloudcanal-json: CloudCanal's default "CloudCanal Json" message (seed 004, section "CloudCanal Json").
+"""cloudcanal-json: CloudCanal's default "CloudCanal Json" message (CloudCanal «MQ 消息同步格式说明», section
+"CloudCanal Json").
 
 One message holds 1..n rows of one table: ``data`` ("当前操作的数据", the rows of this operation) and, for
 UPDATE, ``before`` (the previous rows, a parallel array; the seed's example holds the whole previous row).
 ``action`` names the operation (INSERT / UPDATE / DELETE, or the DDL kind with ``isDdl: true``);
 ``entryType`` says what the message is (only ROWDATA carries rows; TRANSACTIONEND etc. are filtered).
-Column types: ``dbValType`` (type text) and ``jdbcType`` (java.sql.Types codes, seed 004's appendix).
-Order: ``execTs`` (ms) then ``bid`` (ARCHITECTURE.md). CloudCanal's "Canal Json" output is plain canal-json.
+Column types: ``dbValType`` (type text) and ``jdbcType`` (java.sql.Types codes, CloudCanal
+«MQ 消息同步格式说明»'s appendix).
+Order: ``execTs`` (ms) then ``bid``. CloudCanal's "Canal Json" output is plain canal-json.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from replicator.dialects.events import At, Events, Image, epoch_micros, epoch_mi
 from replicator.dialects.jsontext import image, json_integer, loads_exact, string, text, to_json
 
 ROW_OPS = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete"}
-# CloudCanal writes the DDL kind into `action` (seed 004: "ALTER"); DROP is named ERASE in the contract.
+# CloudCanal writes the DDL kind into `action` (CloudCanal «MQ 消息同步格式说明»: "ALTER"); DROP is named
+# ERASE in the contract.
 DDL_ALIASES = {"DROP": "ERASE"}
-# java.sql.Types codes of byte columns (seed 004 appendix): BINARY, VARBINARY, LONGVARBINARY, BLOB.
+# java.sql.Types codes of byte columns (CloudCanal «MQ 消息同步格式说明» appendix): BINARY, VARBINARY,
+# LONGVARBINARY, BLOB.
 BINARY_JDBC = (-2, -3, -4, 2004)
 
 _binary_type = re.compile(BINARY_TYPE).search
@@ -58,7 +62,7 @@ class CloudCanalJson(Dialect):
 
     def is_binary(self, name: Any, code: Any) -> bool:
         """Byte columns -> hex. Assumption (the doc is silent): bytes travel as ISO-8859-1 text, as in
-        canal-json (notes/ENCODINGS.md §1); the column is binary by ``dbValType``, else by ``jdbcType``."""
+        canal-json (canal's LogEventConvert); the column is binary by ``dbValType``, else by ``jdbcType``."""
         if name is not None:
             return bool(_binary_type(text(name) or ""))
         return type(code) is int and code in BINARY_JDBC
@@ -92,7 +96,8 @@ class CloudCanalJson(Dialect):
         database = string(m.get("db"))
         schema = string(m.get("schema"))
         table = string(m.get("table"))
-        # MySQL has no schema level; CloudCanal repeats the database name there (seed 004).
+        # MySQL has no schema level; CloudCanal repeats the database name there (CloudCanal
+        # «MQ 消息同步格式说明»).
         ident: dict[str, Any] = {
             "database": database,
             "schema": schema if schema and schema != (database or "") else None,
@@ -153,7 +158,8 @@ class CloudCanalJson(Dialect):
             if op in ("insert", "update"):
                 after = row
             if op == "update":
-                # `before` of an UPDATE holds the whole previous row (seed 004); overlaying it on `data` also
+                # `before` of an UPDATE holds the whole previous row (CloudCanal «MQ 消息同步格式说明»);
+                # overlaying it on `data` also
                 # gives the whole row if a producer sends changed columns only.
                 old = before_rows[index] if before_rows is not None and index < len(before_rows) else None
                 before = overlay(row, binary_as_hex(image(old), binary))

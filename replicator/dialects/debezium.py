@@ -1,5 +1,6 @@
-"""debezium: the Debezium change-event envelope written by Kafka Connect's JsonConverter (seed 004 "Debezium
-Envelope"; debezium.io connector docs; notes/ENCODINGS.md §3).
+"""debezium: the Debezium change-event envelope written by Kafka Connect's JsonConverter (CloudCanal
+«MQ 消息同步格式说明» "Debezium
+Envelope"; debezium.io connector docs, data type mappings).
 
 A message is either ``{"schema": ..., "payload": ...}`` (``schemas.enable=true``) or the bare payload. A
 payload is a row change (``op`` c/u/d/r/t, ``before``/``after``, ``source``), a PostgreSQL logical-decoding
@@ -37,7 +38,7 @@ OPS = {
     "t": "truncate",
     "m": "filtered",
     "a": "ddl",
-}  # "i" and "a" as written in seed 004; "m" = PG logical message
+}  # "i" and "a" as written in CloudCanal «MQ 消息同步格式说明»; "m" = PG logical message
 DML = frozenset({"insert", "update", "delete", "snapshot"})
 WITH_AFTER = frozenset({"insert", "update", "snapshot"})
 WITH_BEFORE = frozenset({"update", "delete"})
@@ -80,7 +81,8 @@ def ddl_kind_from_text(ddl: str | None) -> str:
 
 
 def first_table_change(value: Any) -> tuple[dict[str, Any] | None, str | None]:
-    """Schema-change events: tableChanges is an array (Debezium) or one object (seed 004). Returns its first
+    """Schema-change events: tableChanges is an array (Debezium) or one object (CloudCanal
+    «MQ 消息同步格式说明»). Returns its first
     entry and the ``table_changes`` text: that entry's JSON, or the whole array's when it has several."""
     if value is None:
         return None, None

@@ -1,13 +1,15 @@
-"""drs-json: Huawei DRS "JSON" messages to Kafka (seed 003), MySQL form and PostgreSQL/GaussDB/Oracle/SQL
+"""drs-json: Huawei DRS "JSON" messages to Kafka (Huawei DRS «Kafka消息格式»), MySQL form and
+PostgreSQL/GaussDB/Oracle/SQL
 Server form.
 
-Canal's keys with other meanings (seed 003): ``id`` is DRS's monotonic event sequence (ordering: id, then
+Canal's keys with other meanings (Huawei DRS «Kafka消息格式»): ``id`` is DRS's monotonic event sequence
+(ordering: id, then
 es); the deleted row of a DELETE is in ``old``; full sync sends ``INIT`` rows and ``INIT_DDL`` statements
 with ``jobId``/``shardId``/``identifier``/``eventId``; incremental DDL has ``type`` ``DDL`` (the kind is read
 from the SQL text). ``mysqlType`` holds bare type names; binary values are byte lists ``"[106, 103]"`` and
 MySQL TIMESTAMP values epoch seconds ``"1624614713.201"``. The other sources write ``columnType``,
 ``dbType``, ``schema`` and ``opType``; there ``sqlType`` holds DRS codes that are not java.sql.Types
-(seed 003: a ``timestamp without time zone`` column has 16, a boolean 8), so it is not used.
+(Huawei DRS «Kafka消息格式»: a ``timestamp without time zone`` column has 16, a boolean 8), so it is not used.
 See docs/dialects.md (drs-json).
 """
 
@@ -25,7 +27,7 @@ from replicator.dialects.datetext import clock_text, day_text
 from replicator.dialects.events import Image, epoch_millis
 from replicator.dialects.jsontext import image, string
 
-# Keys canal never writes (seed 003): their presence makes a message surely DRS.
+# Keys canal never writes (Huawei DRS «Kafka消息格式»): their presence makes a message surely DRS.
 DRS_ONLY_KEYS = ("jobId", "shardId", "identifier", "eventId", "columnType", "dbType", "opType")
 DRS_TYPES = ("DDL", "INIT", "INIT_DDL")
 META_KEYS = ("jobId", "shardId", "identifier", "eventId", "dbType")
@@ -145,7 +147,7 @@ class DrsJson(CanalJson):
     ambiguous_with: ClassVar[frozenset[str]] = frozenset({"canal-json"})
     ignored_types: ClassVar[tuple[str, ...]] = ()
     ddl_types: ClassVar[tuple[str, ...]] = ("DDL", "INIT_DDL")
-    delete_image: ClassVar[str] = "old"  # seed 003: "如果是删除,则表示被删除的数据"
+    delete_image: ClassVar[str] = "old"  # Huawei DRS «Kafka消息格式»: "如果是删除,则表示被删除的数据"
     epoch_timestamps: ClassVar[bool] = True  # JSON-C formats them instead
 
     def disambiguate(self, message: dict[str, Any]) -> bool:
@@ -169,7 +171,8 @@ class DrsJson(CanalJson):
         return kind if kind == "INIT_DDL" else ddl_kind_of(string(m.get("sql")))
 
     def database(self, m: dict[str, Any]) -> str | None:
-        """Oracle sends an empty ``database`` (seed 003: "dbType为Oracle时暂时为空"); its schema names it, as
+        """Oracle sends an empty ``database`` (Huawei DRS «Kafka消息格式»: "dbType为Oracle时暂时为空"); its
+        schema names it, as
         JSON-C does ("Oracle数据库填写schema")."""
         return string(m.get("database")) or self.schema(m)
 
@@ -209,7 +212,7 @@ class DrsJson(CanalJson):
         return string(m.get("eventId")) or f"id={d_text(order['id'])} es={d_text(order['es'])}"
 
     def order_key(self, m: dict[str, Any], order: dict[str, int | None]) -> tuple[int, ...]:
-        """ARCHITECTURE.md: DRS ``id`` (monotonic sequence), then es (ms)."""
+        """DRS ``id`` (monotonic sequence), then es (ms)."""
         return (order["id"] or 0, epoch_millis(order["es"]) or 0)
 
     def meta(self, m: dict[str, Any]) -> Image | None:

@@ -1,4 +1,4 @@
-"""drs-mongo: Huawei DRS messages of DDS/MongoDB sources (seed 003).
+"""drs-mongo: Huawei DRS messages of DDS/MongoDB sources (Huawei DRS «Kafka消息格式»).
 
 One message is one oplog change of one document: ``op`` INSERT/UPDATE/DELETE with ``recordType`` insert,
 replace, update (``$set``/``$unset``) or doc (a document delete); ``value``/``where`` are mongo shell text
@@ -23,7 +23,9 @@ from replicator.dialects.jsontext import INT64, cast_bigint, json_integer, strin
 
 PATCH_META = "mongo_update"  # replicator.fold.arrow reads it
 DOCUMENT_META = "mongo_doc"  # on every DML event (its action): the fold keeps what the document merge needs
-PATCH_OPERATORS = ("$set", "$unset")  # what DRS emits (seed 003) and replicator.apply.documents applies
+# what DRS emits (Huawei DRS «Kafka消息格式») and replicator.apply.documents
+# applies
+PATCH_OPERATORS = ("$set", "$unset")
 HELPERS = "ObjectId, ISODate, NumberLong, NumberInt, NumberDecimal, UUID, BinData"
 NOT_JSON = "'{}' is not JSON (after rewriting the shell helpers " + HELPERS + ")"
 
@@ -188,9 +190,10 @@ def document_id(doc: Any) -> str | None:
 
 class DrsMongo(Dialect):
     name = "drs-mongo"
-    patches = True  # UPDATE:update rows ($set/$unset) patch the stored document (seed 003)
+    patches = True  # UPDATE:update rows ($set/$unset) patch the stored document (Huawei DRS «Kafka消息格式»)
     required_keys: ClassVar[frozenset[str]] = frozenset({"op", "db", "coll", "recordType"})
-    # (op, recordType) -> (contract op, how the row is built); seed 003's table of recordType values.
+    # (op, recordType) -> (contract op, how the row is built); Huawei DRS «Kafka消息格式»'s table of
+    # recordType values.
     record_ops: ClassVar[dict[str, str]] = {
         "INSERT:insert": "insert",
         "UPDATE:replace": "replace",
@@ -204,7 +207,7 @@ class DrsMongo(Dialect):
 
     def action(self, op: str | None, record_type: str | None) -> str | None:
         """``ddl``, a ``record_ops`` value, or ``None`` for an unknown pair (``recordType`` falls back to
-        ``extra``: seed 003 says it "一般和recordType保持一致")."""
+        ``extra``: Huawei DRS «Kafka消息格式» says it "一般和recordType保持一致")."""
         if op is not None and op.upper() == "DDL":
             return "ddl"
         parts = [x for x in (op and op.upper(), record_type and record_type.lower()) if x is not None]

@@ -1,11 +1,12 @@
-"""dts-avro: Aliyun DTS Avro records, ``com.alibaba.dts.formats.avro.Record`` (seed 004 "Aliyun DTS Avro").
+"""dts-avro: Aliyun DTS Avro records, ``com.alibaba.dts.formats.avro.Record`` (CloudCanal
+«MQ 消息同步格式说明» "Aliyun DTS Avro").
 
 Binary, so not detectable: pin ``source.dialect: dts-avro``. The record layout is declared in
 :mod:`replicator.dialects.dts_record` (the 15-field Record); ``source.avro_schema`` names a schema file
 instead, for the older 14-field SDK variant or an override. A raw record is one plain Avro datum (a Kafka
 value, or one line of a ``*.b64`` file) or a whole object container file (``*.avro``, magic ``Obj\\x01``).
 Each raw record is read with fastavro (:meth:`DtsAvro.decode_raw`), the schema parsed once per dialect
-instance. Value encodings: notes/ENCODINGS.md §5.
+instance. Value encodings: Aliyun's DTS subscribe SDK (AvroRecordParser) and subscribe examples.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ CONTAINER_MAGIC = b"Obj\x01"
 ROW_OPS = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete"}
 # Transaction and stream control records carry no row (Record.avsc Operation enum).
 FILTERED_OPS = frozenset({"HEARTBEAT", "BEGIN", "COMMIT", "ROLLBACK", "ABORT", "CHECKPOINT", "NOOP"})
-# Sources whose `dataTypeNumber` is MySQL's binlog MYSQL_TYPE_* code (notes/ENCODINGS.md §5).
+# Sources whose `dataTypeNumber` is MySQL's binlog MYSQL_TYPE_* code (Aliyun's subscribe examples,
+# MysqlFieldConverter).
 MYSQL_SOURCES = frozenset({"MySQL", "DRDS"})
 MYSQL_TYPES = {
     1: "tinyint",
@@ -540,7 +542,7 @@ def convert(value: Any) -> tuple[Any, tuple[str, Any] | None]:
     if kind in ("TextObject", "TextGeometry"):
         return body["value"], (kind, str(body["type"]).lower())
     if kind == "Timestamp":
-        # `millis` holds MICROseconds (the SDK's setMicro; notes/ENCODINGS.md §5).
+        # `millis` holds MICROseconds (the SDK's setMicro).
         moment = _EPOCH + dt.timedelta(seconds=body["timestamp"], microseconds=body["millis"])
         return _iso(moment) + "Z", (kind, None)
     if kind == "DateTime":

@@ -1,4 +1,5 @@
-"""The layout of an Aliyun DTS subscription record, ``com.alibaba.dts.formats.avro.Record`` (seed 004).
+"""The layout of an Aliyun DTS subscription record, ``com.alibaba.dts.formats.avro.Record`` (CloudCanal
+«MQ 消息同步格式说明»).
 
 The wire format is plain Avro without a schema id, so the reader must know the writer's layout; it is a fact
 of the format (the fields, their order, their Avro types), declared here so ``dts-avro`` works without the

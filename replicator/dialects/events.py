@@ -536,7 +536,8 @@ def type_key_text(types: Image) -> str:
 
 
 def epoch_millis(value: int | None) -> int | None:
-    """Epoch seconds or milliseconds (vendors use both; see seed 001's DDL examples) -> milliseconds: a value
+    """Epoch seconds or milliseconds (vendors use both; see Tencent CKafka «MySQL 订阅消息官方格式说明»'s DDL
+    examples) -> milliseconds: a value
     under 10^11 in magnitude (year 5138 in seconds, 1973 in milliseconds) is seconds."""
     if value is None:
         return None

@@ -1,10 +1,10 @@
-"""river-canal: KafkaRiverCanal's message (seed 000, "Kafka消息 Specification", GSON-encoded).
+"""river-canal: KafkaRiverCanal's message («Kafka消息 Specification», GSON-encoded).
 
 One message is one row change of one table: ``binlog`` "offset@binlog-file", ``time`` (binlog event time,
 ms), ``canalTime`` (arrival at KafkaRiverCanal, ms), ``db``, ``table``, ``event`` 'i'/'u'/'d', ``keys`` and
 ``columns`` [{n, t, v, null, updated, origin_val}]. ``v`` is the new value (insert, update) or the deleted
 value (delete); ``origin_val`` is the value before an update, only on columns with ``updated`` true.
-Order: binlog file number, then offset (ARCHITECTURE.md). See docs/dialects.md (river-canal).
+Order: binlog file number, then offset. See docs/dialects.md (river-canal).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from replicator.dialects.canal_json import TypeCache, binary_as_hex, binary_colu
 from replicator.dialects.events import At, Events, Image, epoch_micros
 from replicator.dialects.jsontext import cast_bigint, string, to_json
 
-# "6816@mysql-bin.000070" (seed 000): offset, then the binlog file whose name ends in its number. Java
+# "6816@mysql-bin.000070" (KafkaRiverCanal «Kafka消息 Specification»): offset, then the binlog file whose name
+# ends in its number. Java
 # regex semantics, as the Spark decoder had them: ASCII \d and \s, `.` stops at every line terminator, `$`
 # is the end or before a final line terminator.
 BINLOG_RE = re.compile(
@@ -128,7 +129,9 @@ class RiverCanal(Dialect):
         if op == "insert":
             return image, None
         if op == "delete":
-            return None, image  # on delete, `v` is the deleted row (seed 000, table 2)
+            # on delete, `v` is the deleted row (KafkaRiverCanal «Kafka消息 Specification», table
+            # 2)
+            return None, image
         # Before image of an update: `origin_val` on updated columns (absent = NULL: GSON omits null
         # fields), the unchanged value elsewhere.
         old = {n: string(c.get("origin_val")) if flag(c.get("updated")) else new[n] for n, c in named.items()}

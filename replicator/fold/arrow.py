@@ -45,7 +45,8 @@ class Barrier:
 
 def delivered_after(newest: str | None, barrier_seq_text: str) -> str:
     """The seq, in the coordinate system of a table's DML, of a barrier stated in another system (CKafka:
-    canal-shaped DDL by es/id beside format-one DML by binlog file/pos, seed 001): placed by delivery, right
+    canal-shaped DDL by es/id beside format-one DML by binlog file/pos, Tencent CKafka
+    «MySQL 订阅消息官方格式说明»): placed by delivery, right
     after ``newest`` (the newest DML of the table applied before it, a seq text of that system; None: before
     any), i.e. that DML's source part followed by the barrier's delivery coordinates. The truncate point and
     horizon a TRUNCATE, DROP or RENAME leaves then compare with the table's DML by seq as the delivery order

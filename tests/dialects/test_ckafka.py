@@ -36,7 +36,8 @@ def test_auto_reads_ddl_as_canal_json(case):
 
 
 def test_seed_and_vector_format_one_agree():
-    """Seed 001's DML examples and the Tencent doc vectors are the same messages."""
+    """Tencent CKafka «MySQL 订阅消息官方格式说明»'s DML examples and the Tencent doc vectors are the same
+    messages."""
     by_file = _decoded_folder(FIXTURES / FOLDER, "ckafka", None)
     for kind in ("insert", "update", "delete"):
         assert (
@@ -76,7 +77,8 @@ def test_tencent_canal_dml():
 
 
 def test_ddl_seconds_and_milliseconds():
-    """Seed 001's DDL examples write es/ts in seconds, RENAME in milliseconds."""
+    """Tencent CKafka «MySQL 订阅消息官方格式说明»'s DDL examples write es/ts in seconds, RENAME in
+    milliseconds."""
     by_file = _decoded_folder(FIXTURES / FOLDER, "ckafka", None)
     [alter] = by_file["seed001-ddl-alter-table.json"]
     [rename] = by_file["seed001-ddl-rename-table.json"]
@@ -126,7 +128,8 @@ def test_format_one_values_and_time_zone():
     insert, update = _edges()[:2]
     assert "error" not in insert and "error" not in update
     assert insert["op"] == "insert"  # TYPE 'l', as the doc's field table writes insert
-    # "19700101080000" is epoch 0 on a UTC+8 server (seed 001's insert example).
+    # "19700101080000" is epoch 0 on a UTC+8 server (Tencent CKafka «MySQL 订阅消息官方格式说明»'s insert
+    # example).
     assert insert["event_time"] == "1970-01-01T00:00:00Z"
     assert insert["seq"] == [12, 4] and insert["position"] == "mysql-bin.000012:4"
     after = insert["after"]

@@ -1,4 +1,5 @@
-"""debezium dialect: golden files (seed 004, Debezium/Flink vectors) and the schema-typed value encodings."""
+"""debezium dialect: golden files (CloudCanal «MQ 消息同步格式说明», Debezium/Flink vectors) and the
+schema-typed value encodings."""
 
 from __future__ import annotations
 
@@ -147,7 +148,8 @@ CASES: dict[str, tuple[dict, object, str | None, str]] = {
     "set": ({"type": "string", "name": "io.debezium.data.EnumSet"}, "a,b", "a,b", "set"),
 }
 # What a mirror stores for each column: the value the Debezium docs give for the field's encoding
-# (shared/notes/ENCODINGS.md section 3), typed as its source type maps (replicator.types). Written by hand for
+# (Debezium's connector documentation, data type mappings), typed as its source type maps (replicator.types).
+# Written by hand for
 # every column of CASES, never derived from the decoder's output.
 NINES = "9" * 38
 TYPED: dict[str, object] = {

@@ -35,7 +35,8 @@ def test_auto_detection_decodes_surely_drs(name):
 
 
 def test_auto_detection_refuses_to_guess_canal_look_alike():
-    """Seed 003's incremental UPDATE has only keys canal also has and bare types: a dead letter asking to
+    """Huawei DRS «Kafka消息格式»'s incremental UPDATE has only keys canal also has and bare types: a dead
+    letter asking to
     pin the dialect, never a silent guess."""
     events = event_records(decode_path(FOLDER / "seed003-mysql-update.json", "auto"))
     assert len(events) == 1

@@ -17,12 +17,13 @@ def test_golden(case):
 
 
 def test_only_by_name():
-    """JSON-C has drs-json's keys (seed 003): auto detection never picks it."""
+    """JSON-C has drs-json's keys (Huawei DRS «Kafka消息格式»): auto detection never picks it."""
     assert get_dialect("drs-json-c").detectable is False
 
 
 def test_formatted_timestamp_is_wall_clock_in_source_timezone():
-    """The JSON-C text of seed 003's TIMESTAMP, read in source.timezone, is the instant drs-json carries as
+    """The JSON-C text of Huawei DRS «Kafka消息格式»'s TIMESTAMP, read in source.timezone, is the instant
+    drs-json carries as
     epoch seconds (1624614713.201)."""
     event = event_records(
         decode_path(FIXTURES / "drs-json-c" / "seed003-mysql-init-as-json-c.json", "drs-json-c")

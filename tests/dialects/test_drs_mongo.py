@@ -22,7 +22,8 @@ def test_auto_detection_agrees(case):
 
 
 def test_seed_updates_carry_the_update_spec_and_replay_to_the_document():
-    """Seed 003's five messages in order: the patches in meta['mongo_update'] applied to the replaced
+    """Huawei DRS «Kafka消息格式»'s five messages in order: the patches in meta['mongo_update'] applied to the
+    replaced
     document give the document before the remove."""
     fields = ("op", "after", "before", "seq", "meta", "coordinates")
     records = event_records(decode_path(FOLDER, "drs-mongo"), fields)

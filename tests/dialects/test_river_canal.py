@@ -21,12 +21,14 @@ def test_golden(case):
 
 @pytest.mark.parametrize("case", [p for p in params(FOLDER) if "bad" not in p.id])
 def test_auto_detection_agrees(case):
-    """Seed 000's keys (binlog, db, table, event, columns) are unique to KafkaRiverCanal."""
+    """KafkaRiverCanal «Kafka消息 Specification»'s keys (binlog, db, table, event, columns) are unique to
+    KafkaRiverCanal."""
     check_golden(case, "auto")
 
 
 def test_seed_update_images():
-    """Seed 000 UPDATE: the before image takes origin_val for the updated column, v elsewhere."""
+    """KafkaRiverCanal «Kafka消息 Specification» UPDATE: the before image takes origin_val for the updated
+    column, v elsewhere."""
     [event] = check_golden(FIXTURES / FOLDER / "seed000-update.json", "river-canal")
     assert event["before"] == {"order_id": "126", "x_id": "123456", "name": "小明"}
     assert event["after"] == {"order_id": "126", "x_id": "123456", "name": "小春"}

@@ -1,6 +1,7 @@
-"""The seeds' change examples, every field checked against values written here by hand from the seed text
-(/work/shared/seeds/000-004, copied into tests/fixtures/<format>/seedNNN-*) and the vendor rules in
-shared/notes/ENCODINGS.md — not read from the ``.expected.json`` snapshots (the code's own output).
+"""The vendor documents' change examples, every field checked against values written here by hand from the
+documents' text (the examples are copied into tests/fixtures/<format>/seedNNN-*; the documents are cited by
+title in docs/dialects.md, "Sources") and the producers' value encodings — not read from the
+``.expected.json`` snapshots (the code's own output).
 
 Values are compared typed, as a mirror stores them: each canonical text parsed into the Arrow type of its
 declared source type (replicator.types), text where a format declares none.
@@ -84,7 +85,8 @@ def check(dialect: str, fixture: str, expected: list[dict[str, Any]], timezone: 
     assert same(actual, expected), f"{fixture}:\n{actual}\n!=\n{expected}"
 
 
-# ---- seed 002: Alibaba canal-json (FlatMessage) ------------------------------------------------------------
+# ---- canal «Data Type»: Alibaba canal-json (FlatMessage)
+# ------------------------------------------------------------
 CANAL = {"dialect": "canal-json", "database": "test"}
 CANAL_CASES = {
     "seed002-insert.json": [
@@ -115,7 +117,8 @@ def _ordered(event: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_canal_json_seed_multirow_update_and_delete():
-    """Seed 002's multi-row messages: one event per row; an update's ``old`` row holds only the changed
+    """canal «Data Type»'s multi-row messages: one event per row; an update's ``old`` row holds only the
+    changed
     column (TEST_NAME was NULL), the rest of its before image is the row's ``data``; pkNames repeats ID."""
     update_time, delete_time = at(2019, 3, 31, 15, 15, 59), at(2019, 3, 31, 15, 19, 2)
     common = {"op": "update", "database": "test", "table": "asd", "primary_key": ["ID"]}
@@ -168,7 +171,8 @@ def test_canal_json_seed004_update_with_full_old_row():
     )
 
 
-# ---- seed 001: Tencent CKafka "format one" -----------------------------------------------------------------
+# ---- Tencent CKafka «MySQL 订阅消息官方格式说明»: Tencent CKafka "format one"
+# -----------------------------------------------------------------
 def test_ckafka_seed_rows():
     """No types and no key in format one: values stay text; TIME (yyyyMMddHHmmss) is read in
     source.timezone (UTC by default); the position is the binlog file's number and the offset."""
@@ -189,9 +193,11 @@ def test_ckafka_seed_rows():
         check("ckafka", f"ckafka/seed001-dml-{op}.json", [_ordered({"op": op, **common, **fields})])
 
 
-# ---- seed 004: CloudCanal, Debezium (as written in the seed) -----------------------------------------------
+# ---- CloudCanal «MQ 消息同步格式说明»: CloudCanal, Debezium (as written in the seed)
+# -----------------------------------------------
 def test_cloudcanal_seed_update_without_a_key_leaves_the_key_to_the_engine():
-    """Seed 004's CloudCanal update has ``pks: []`` (a table without a primary key): an event without key
+    """CloudCanal «MQ 消息同步格式说明»'s CloudCanal update has ``pks: []`` (a table without a primary key):
+    an event without key
     columns, which the engine keys from tables.keys (or dead-letters: no primary key known)."""
     [event] = typed_events("cloudcanal-json", "cloudcanal-json/seed004-dml.json")
     assert (event["op"], event["table"], event["primary_key"]) == ("update", "table_test", [])
@@ -218,7 +224,8 @@ def test_debezium_seed004_insert():
     )
 
 
-# ---- seed 003: Huawei DRS JSON, JSON-C and MongoDB ---------------------------------------------------------
+# ---- Huawei DRS «Kafka消息格式»: Huawei DRS JSON, JSON-C and MongoDB
+# ---------------------------------------------------------
 C12 = b"jgojgoidsjgojosog934094309tjhrgjew9tu09340teroejg98304ieurg9ewurg0weut9r04u095tu3092ut093ut0w9e"
 C14 = (
     b"jgojgoidsjgojosog934094309tjhrgjew9tu09340teroejg98304i79846546661465"
@@ -227,7 +234,7 @@ C14 = (
 C13 = (
     "asfiajhfiaf939-0239uoituqorjoqirfoidjfqrniowejoiwqjroqwjrowqjojoiqgoiegnkjgoi23roiugouofdug9u90weurtg103"
 )
-DRS_ROW = {  # seed 003's MySQL row, typed: binary columns are JSON lists of byte values
+DRS_ROW = {  # Huawei DRS «Kafka消息格式»'s MySQL row, typed: binary columns are JSON lists of byte values
     "c1": "cf3f70a7-7565-44b0-ae3c-83bec549ea8e:104",
     "c10": "华为云huaweicloud",
     "c11": b"",
@@ -293,7 +300,8 @@ OID = "64650cf67dc36a464e76e583"
 
 
 def test_drs_mongo_seed_operations():
-    """Seed 003's MongoDB messages: ``_id`` is the key (the ObjectId's hex), the document is extended JSON;
+    """Huawei DRS «Kafka消息格式»'s MongoDB messages: ``_id`` is the key (the ObjectId's hex), the document is
+    extended JSON;
     an update's $set / $unset spec travels in meta; the position is clusterTime (seconds, increment) then
     the DRS id; ``es`` (ms) is the event time."""
 
@@ -333,7 +341,8 @@ def test_drs_mongo_seed_operations():
     assert remove["event_time"] == at(2023, 5, 17, 9, 54, 12) + dt.timedelta(milliseconds=747)
 
 
-# ---- seed 000: go-mysql river canal ------------------------------------------------------------------------
+# ---- KafkaRiverCanal «Kafka消息 Specification»: go-mysql river canal
+# ------------------------------------------------------------------------
 def test_river_canal_seed_rows():
     """binlog "<pos>@<file>" orders by the file's number then pos; a TIMESTAMP's text is read in the source
     zone (UTC by default); an update's before image takes origin_val for the updated column."""

@@ -64,7 +64,9 @@ def test_a_surrogate_encoded_in_the_bytes_is_a_dead_letter(dialect, encoded):
     """Invalid UTF-8 bytes that encode a surrogate, no escape: orjson refuses them, and the standard
     library's parse (the fallback) decoded them with "surrogatepass" into a lone surrogate that failed the
     whole batch when the Arrow columns were built (CI's fuzzing of drs-json-c, 2026-11-27)."""
-    bad = (CANAL % ("1", "@")).encode().replace(b"@", encoded)  # DRS's JSON has canal's keys (seed 003)
+    # DRS's JSON has canal's keys (Huawei DRS
+    # «Kafka消息格式»)
+    bad = (CANAL % ("1", "@")).encode().replace(b"@", encoded)
     table = decode(raw_records([bad, CANAL % ("2", "ok")]), dialect)
     rows = table.select(["op", "error", "raw"]).to_pylist()
     assert rows[0]["op"] is None and "UTF-8" in rows[0]["error"] and rows[0]["raw"] == bad
