@@ -46,7 +46,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # ty
 
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("REPLICATOR_SHARED", REPO.parent / "shared"))
 FIXTURES = REPO / "tests" / "fixtures"
 
 
@@ -62,13 +61,6 @@ def spark():
     session.conf.set("spark.sql.shuffle.partitions", "2")
     yield session
     session.stop()
-
-
-@pytest.fixture(scope="session")
-def shared() -> Path:
-    if not SHARED.exists():
-        pytest.fail(f"the shared/ folder with seeds, vectors and schemas is expected at {SHARED}")
-    return SHARED
 
 
 @pytest.fixture(scope="session")
