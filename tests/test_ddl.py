@@ -1,9 +1,10 @@
 """DDL text and tableChanges -> schema-change objects (replicator.ddl), without Spark.
 
-Golden cases: every DDL / TRUNCATE event of the dialect fixtures (CKafka «MySQL 订阅消息官方格式说明», canal
-«Data Type», DRS INIT_DDL, CloudCanal / canal-json / Debezium with their tableChanges, and the vendor vectors)
-parsed
-into ``tests/fixtures/ddl/fixtures.expected.json``. ``REPLICATOR_REGOLD=1`` rewrites it; review by hand.
+Golden cases: the DDL / TRUNCATE events of the vendors' examples (CKafka «MySQL 订阅消息官方格式说明», canal
+«Data Type», Huawei DRS «Kafka消息格式» INIT_DDL, CloudCanal / canal-json / Debezium with their tableChanges,
+and the published vectors), as ``tests/fixtures/ddl/events.json`` states them (each names the fixture it
+came from), parsed into ``tests/fixtures/ddl/fixtures.expected.json``. ``REPLICATOR_REGOLD=1`` rewrites the
+latter; review by hand.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from replicator.types import column_type
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 GOLDEN = FIXTURES / "ddl" / "fixtures.expected.json"
+EVENTS = FIXTURES / "ddl" / "events.json"
 # The seed examples that must be among the golden cases.
 SEED_CASES = (
     "canal-json/seed002-create-table#0",
@@ -44,47 +46,11 @@ SEED_CASES = (
 )
 
 
-def _find_table_changes(value: Any) -> Any:
-    if isinstance(value, dict):
-        if "tableChanges" in value:
-            return value["tableChanges"]
-        for inner in value.values():
-            found = _find_table_changes(inner)
-            if found is not None:
-                return found
-    return None
-
-
-def _input_of(expected: Path) -> Path | None:
-    stem = expected.name.removesuffix(".expected.json")
-    for suffix in (".json", ".jsonl"):
-        candidate = expected.with_name(stem + suffix)
-        if candidate.exists():
-            return candidate
-    return None
-
-
 def fixture_events() -> dict[str, dict[str, Any]]:
-    """Barrier events of every dialect golden file; tableChanges taken from the single-message inputs."""
-    cases: dict[str, dict[str, Any]] = {}
-    for expected in sorted(FIXTURES.glob("*/*.expected.json")):
-        if expected.parent.name == "ddl":
-            continue
-        events = [
-            e for e in json.loads(expected.read_text(encoding="utf-8")) if e.get("op") in ("ddl", "truncate")
-        ]
-        source = _input_of(expected)
-        structure = None
-        if source is not None and source.suffix == ".json" and len(events) == 1:
-            try:
-                structure = _find_table_changes(json.loads(source.read_text(encoding="utf-8")))
-            except json.JSONDecodeError:
-                structure = None
-        for i, event in enumerate(events):
-            if structure is not None:
-                event = {**event, "table_changes": json.dumps(structure)}
-            cases[f"{expected.parent.name}/{expected.name.removesuffix('.expected.json')}#{i}"] = event
-    return cases
+    """The barrier events of the DDL golden cases, the test's own inputs (tests/fixtures/ddl/events.json):
+    each the event a dialect decodes from the vendor example named in its ``from``, written down once."""
+    cases = json.loads(EVENTS.read_text(encoding="utf-8"))
+    return {case: {k: v for k, v in event.items() if k != "from"} for case, event in cases.items()}
 
 
 def parsed(event: dict[str, Any]) -> list[dict[str, Any]] | dict[str, str]:
