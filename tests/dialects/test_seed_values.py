@@ -1,4 +1,5 @@
-"""The vendor documents' change examples, every field checked against values written here by hand from the
+"""The vendor documents' change examples, every field of the change event checked (the vendor extras in
+``meta`` where they carry the change: drs-mongo) against values written here by hand from the
 documents' text (the examples are copied into tests/fixtures/<format>/seedNNN-*; the documents are cited by
 title in docs/dialects.md, "Sources") and the producers' value encodings — not read from the
 ``.expected.json`` snapshots (the code's own output).
@@ -43,8 +44,6 @@ def typed_events(
                 event[image] = {c: _typed(v, types.get(c), timezone) for c, v in event[image].items()}
         if "event_time" in event:
             event["event_time"] = dt.datetime.fromisoformat(event["event_time"].replace("Z", "+00:00"))
-        for field in ("dialect", "position"):
-            event.pop(field, None)
         events.append(event)
     return events
 
@@ -81,6 +80,8 @@ def same(actual: Any, expected: Any) -> bool:
 
 
 def check(dialect: str, fixture: str, expected: list[dict[str, Any]], timezone: str = "UTC") -> None:
+    """The fixture decodes to ``expected``, each event also naming ``dialect``."""
+    expected = [{"dialect": dialect, **event} for event in expected]
     actual = typed_events(dialect, fixture, timezone)
     assert same(actual, expected), f"{fixture}:\n{actual}\n!=\n{expected}"
 
@@ -107,7 +108,13 @@ CANAL_CASES = {
 @pytest.mark.parametrize("fixture", CANAL_CASES)
 def test_canal_json_seed_rows(fixture):
     event, (es, id_) = CANAL_CASES[fixture]
-    expected = {"op": event["op"], "database": "test", **event, "seq": [es, id_]}
+    expected = {
+        "op": event["op"],
+        "database": "test",
+        **event,
+        "seq": [es, id_],
+        "position": f"es={es} id={id_}",
+    }
     expected["event_time"] = dt.datetime.fromtimestamp(es / 1000, UTC)
     check("canal-json", f"canal-json/{fixture}", [_ordered(expected)])
 
@@ -132,6 +139,7 @@ def test_canal_json_seed_multirow_update_and_delete():
                 "after": {"ID": i, "TEST_NAME": "123"},
                 "seq": [1554045359000, 15],
                 "event_time": update_time,
+                "position": "es=1554045359000 id=15",
             }
             for i in (22, 2223)
         ],
@@ -146,6 +154,7 @@ def test_canal_json_seed_multirow_update_and_delete():
                 "before": {"ID": i, "TEST_NAME": "123"},
                 "seq": [1554045542000, 16],
                 "event_time": delete_time,
+                "position": "es=1554045542000 id=16",
             }
             for i in (22, 2223)
         ],
@@ -166,6 +175,7 @@ def test_canal_json_seed004_update_with_full_old_row():
                 "after": {"col1": "11", "col2": "11", "col_pk": "11"},
                 "seq": [1669790847000, 0],
                 "event_time": at(2022, 11, 30, 6, 47, 27),
+                "position": "es=1669790847000 id=0",
             }
         ],
     )
@@ -189,19 +199,40 @@ def test_ckafka_seed_rows():
         },
         "delete": {"before": marie, "seq": [3, 805], "event_time": at(2016, 6, 11, 2, 5, 2)},
     }
+    positions = {
+        "insert": "mysql-bin.000003:154",
+        "update": "mysql-bin.000003:484",
+        "delete": "mysql-bin.000003:805",
+    }
     for op, fields in cases.items():
-        check("ckafka", f"ckafka/seed001-dml-{op}.json", [_ordered({"op": op, **common, **fields})])
+        event = {"op": op, **common, **fields, "position": positions[op]}
+        check("ckafka", f"ckafka/seed001-dml-{op}.json", [_ordered(event)])
 
 
 # ---- CloudCanal «MQ 消息同步格式说明»: CloudCanal, Debezium (as written in the seed)
 # -----------------------------------------------
 def test_cloudcanal_seed_update_without_a_key_leaves_the_key_to_the_engine():
     """CloudCanal «MQ 消息同步格式说明»'s CloudCanal update has ``pks: []`` (a table without a primary key):
-    an event without key
-    columns, which the engine keys from tables.keys (or dead-letters: no primary key known)."""
-    [event] = typed_events("cloudcanal-json", "cloudcanal-json/seed004-dml.json")
-    assert (event["op"], event["table"], event["primary_key"]) == ("update", "table_test", [])
-    assert event["after"] == {"col1": "11", "col2": "11", "col_pk": "11"}
+    an event without key columns, which the engine keys from tables.keys (or dead-letters: no primary key
+    known). ``before`` is the whole previous row; ``dbValType`` varchar(22) keeps the values text; execTs
+    (ms) orders and times it, then bid."""
+    check(
+        "cloudcanal-json",
+        "cloudcanal-json/seed004-dml.json",
+        [
+            {
+                "op": "update",
+                "database": "db_test",
+                "table": "table_test",
+                "primary_key": [],
+                "before": {"col1": "22", "col2": "22", "col_pk": "22"},
+                "after": {"col1": "11", "col2": "11", "col_pk": "11"},
+                "seq": [1669789152000, 0],
+                "event_time": at(2022, 11, 30, 6, 19, 12),
+                "position": "execTs=1669789152000 bid=0",
+            }
+        ],
+    )
 
 
 def test_debezium_seed004_insert():
@@ -219,6 +250,7 @@ def test_debezium_seed004_insert():
                 "after": {"col1": "11", "col2": "11", "col_pk": "11"},
                 "seq": [3, 154, 0],
                 "event_time": at(2022, 11, 30, 8, 17, 41) + dt.timedelta(milliseconds=933),
+                "position": "mysql-bin.000003:154",
             }
         ],
     )
@@ -268,7 +300,10 @@ def test_drs_seed_init_and_update(dialect, suffix, timezone):
     check(
         dialect,
         f"{folder}/seed003-mysql-init{suffix}.json",
-        [{"op": "snapshot", **DRS_COMMON, "table": "test", "after": DRS_ROW, "event_time": DRS_TIME}],
+        [
+            {"op": "snapshot", **DRS_COMMON, "table": "test", "after": DRS_ROW, "event_time": DRS_TIME}
+            | {"position": "mysql-bin.000065:800;2bf665dc-f8e2-11eb-bcfd-6c4b90b9d8b3:1-251167"}  # eventId
+        ],
         timezone,
     )
     old = {**DRS_ROW, "id": 103, "c13": "asfiajhfiaf939-0239"}
@@ -278,7 +313,7 @@ def test_drs_seed_init_and_update(dialect, suffix, timezone):
         [
             _ordered(
                 {"op": "update", **DRS_COMMON, "table": "test ", "before": old, "after": DRS_ROW}
-                | {"event_time": DRS_TIME}
+                | {"event_time": DRS_TIME, "position": "id=27677 es=1624614713000"}
             )
         ],
         timezone,
@@ -286,13 +321,43 @@ def test_drs_seed_init_and_update(dialect, suffix, timezone):
 
 
 def test_drs_seed_gaussdb_update_without_a_key_leaves_the_key_to_the_engine():
-    """``pkNames: null``: an event without key columns, keyed by the engine (tables.keys) or dead."""
-    [event] = typed_events("drs-json", "drs-json/seed003-gaussdb-update.json")
-    assert (event["op"], event["schema"], event["table"], event["primary_key"]) == (
-        "update",
-        "schema01",
-        "table01",
-        [],
+    """``pkNames: null``: an event without key columns, keyed by the engine (tables.keys) or dead. Typed by
+    ``columnType``: bytea hex -> bytes, bare ``bit`` is bit(1) -> boolean, ``timestamp without time zone``
+    a wall clock, ranges and json as text; the DRS sqlType codes are not java.sql.Types and are ignored."""
+    row = {
+        "bit_column": True,
+        "bytea_column": b"bytea_data",
+        "char_column": "g",
+        "int4range_column": "[11,20)",
+        "jsonb_column": '{"key1": "value1", "key2": "value2"}',
+        "smallint_column": 12,
+        "tstzrange_column": '("2010-01-01 14:30:00+08","2010-01-01 15:30:00+08")',
+    }
+    check(
+        "drs-json",
+        "drs-json/seed003-gaussdb-update.json",
+        [
+            {
+                "op": "update",
+                "database": "database01",
+                "schema": "schema01",
+                "table": "table01",
+                "primary_key": [],
+                "before": {
+                    **row,
+                    "boolean_column": True,
+                    "timestamp_column": dt.datetime(2014, 7, 2, 6, 14, 0, 742000),
+                },
+                "after": {
+                    **row,
+                    "boolean_column": False,
+                    "timestamp_column": dt.datetime(2021, 12, 16, 12, 31, 49, 344365),
+                },
+                "seq": [332, 1639626187000],
+                "event_time": at(2021, 12, 16, 3, 43, 7),
+                "position": "id=332 es=1639626187000",
+            }
+        ],
     )
 
 
@@ -315,12 +380,17 @@ def test_drs_mongo_seed_operations():
     assert document == {"_id": {"$oid": OID}, "c1": "baz", "tags": ["mongodb", "database", "NoSQL"]}
     assert same(
         insert,
-        {"op": "insert", **common, "after": {"_id": OID}, "seq": [1684344064, 1, 256]}
-        | {"event_time": at(2023, 5, 17, 9, 18, 31) + dt.timedelta(milliseconds=439), "meta": insert["meta"]},
+        {"dialect": "drs-mongo", "op": "insert", **common, "after": {"_id": OID}, "seq": [1684344064, 1, 256]}
+        | {"event_time": at(2023, 5, 17, 9, 18, 31) + dt.timedelta(milliseconds=439)}
+        | {"position": "1684344064:1", "meta": {"ts": "1684315111576", "mongo_doc": "insert"}},
     )
     replace = one("seed003-replace.json")
     assert json.loads(replace["after"].pop("document")) == {"_id": {"$oid": OID}, "c1": "sss"}
     assert (replace["op"], replace["after"], replace["seq"]) == ("update", {"_id": OID}, [1684344904, 9, 340])
+    assert (replace["position"], replace["meta"]) == (
+        "1684344904:9",
+        {"ts": "1684315951961", "mongo_doc": "replace"},
+    )
     assert replace["event_time"] == at(2023, 5, 17, 9, 32, 31) + dt.timedelta(milliseconds=831)
     for fixture, spec, seq, millis in [
         ("seed003-update-set.json", {"$set": {"c1": "aaa"}}, [1684345365, 1, 386], 1684316412008),
@@ -333,10 +403,15 @@ def test_drs_mongo_seed_operations():
     ]:
         update = one(fixture)
         assert (update["op"], update["after"], update["seq"]) == ("update", {"_id": OID}, seq)
+        assert (update["position"], update["meta"]["mongo_doc"]) == (f"{seq[0]}:{seq[1]}", "patch")
         assert json.loads(update["meta"]["mongo_update"]) == spec
         assert update["event_time"] == dt.datetime.fromtimestamp(millis / 1000, UTC)
     remove = one("seed003-remove.json")
     assert (remove["op"], remove["before"], remove["seq"]) == ("delete", {"_id": OID}, [1684346209, 1, 471])
+    assert (remove["position"], remove["meta"]) == (
+        "1684346209:1",
+        {"ts": "1684317252869", "mongo_doc": "delete"},
+    )
     assert "after" not in remove
     assert remove["event_time"] == at(2023, 5, 17, 9, 54, 12) + dt.timedelta(milliseconds=747)
 
@@ -353,7 +428,11 @@ def test_river_canal_seed_rows():
         "river-canal/seed000-insert.json",
         [
             {"op": "insert", **common, "after": {**row, "time": at(2015, 8, 10, 13, 8, 13)}}
-            | {"seq": [70, 6816], "event_time": at(2015, 12, 16, 3, 4, 52)}
+            | {
+                "seq": [70, 6816],
+                "event_time": at(2015, 12, 16, 3, 4, 52),
+                "position": "mysql-bin.000070:6816",
+            }
         ],
     )
     check(
@@ -363,7 +442,11 @@ def test_river_canal_seed_rows():
             {"op": "update", **common}
             | {"before": {"order_id": 126, "x_id": 123456, "name": "小明"}}
             | {"after": {"order_id": 126, "x_id": 123456, "name": "小春"}}
-            | {"seq": [70, 25521], "event_time": at(2015, 12, 16, 3, 25, 7)}
+            | {
+                "seq": [70, 25521],
+                "event_time": at(2015, 12, 16, 3, 25, 7),
+                "position": "mysql-bin.000070:25521",
+            }
         ],
     )
     check(
@@ -376,6 +459,7 @@ def test_river_canal_seed_rows():
                 "before": row,
                 "seq": [70, 58851],
                 "event_time": at(2015, 12, 16, 3, 37, 14),
+                "position": "mysql-bin.000070:58851",
             }
         ],
     )
