@@ -3,6 +3,15 @@ tutorial, Apache Flink's docs and its test data captured from Debezium and canal
 documents — every field of each change event written here by hand from the message and the producer's
 documented rules, not read from the ``.expected.json`` snapshots (the code's own output).
 
+canal (FlatMessage, as Flink's canal-json test data holds it): one event per row of ``data``; an update's
+before image is the row overlaid with ``old`` (the changed columns' previous values); ``mysqlType`` types
+the columns (INTEGER -> int, VARCHAR -> str, FLOAT -> a double), a column it does not name stays text;
+``es`` then ``id`` order the events, ``es`` (ms) times them.
+
+Tencent CKafka: format one (upper-case keys; TIME read in source.timezone, UTC here) and Tencent's canal
+format (values as JSON numbers, written as text; deletes in ``old``; no key; ``es`` in seconds in DDL, 0 in
+the insert example, then ``ts``).
+
 Debezium (the connector documentation, "Data change events"): ``op`` c/u/d/r/t/m; the position is the
 MySQL binlog file's number, ``pos`` and ``row``, or PostgreSQL's ``lsn``; ``source.ts_ms`` is when the change
 was made in the database (0 in a MySQL snapshot of Debezium 1.x: then the event's own ``ts_ms``). A message
@@ -208,3 +217,144 @@ def test_every_debezium_vector_is_checked_here():
     """A published Debezium example added under tests/fixtures/debezium gets its hand-written values here."""
     vectors = {p.name for p in (FIXTURES / "debezium").glob("vector-*.json") if ".expected." not in p.name}
     assert vectors == set(DEBEZIUM) | set(DEBEZIUM_ERRORS)
+
+
+# ---- canal: Apache Flink 1.11.2's canal-json test data and docs -----------------------------------------
+PRODUCTS = {"database": "inventory", "table": "products2", "primary_key": ["id"]}
+CATALOGUE = [  # the nine products of Flink's canal-data.txt, (id, name, description, weight)
+    (101, "scooter", "Small 2-wheel scooter", 3.14),
+    (102, "car battery", "12V car battery", 8.1),
+    (103, "12-pack drill bits", "12-pack of drill bits with sizes ranging from #40 to #3", 0.8),
+    (104, "hammer", "12oz carpenter's hammer", 0.75),
+    (105, "hammer", "14oz carpenter's hammer", 0.875),
+    (106, "hammer", "16oz carpenter's hammer", 1.0),
+    (107, "rocks", "box of assorted rocks", 5.3),
+    (108, "jacket", "water resistent black wind breaker", 0.1),
+    (109, "spare tire", "24 inch spare tire", 22.2),
+]
+
+
+def product(i: int, name: str, description: str | None, weight: float, **extra: str) -> dict[str, Any]:
+    return {"id": i, "name": name, "description": description, "weight": weight, **extra}
+
+
+def canal_at(es: int, id_: int) -> dict[str, Any]:
+    return {"seq": [es, id_], "event_time": ms(es), "position": f"es={es} id={id_}"}
+
+
+INIT_ROWS = [product(*row) for row in CATALOGUE]
+INIT_ROWS[0]["other"] = "val1"  # a column mysqlType does not name: kept, as text
+INIT_ROWS[5]["description"] = None  # "description": null in the INIT row of 106
+CANAL: dict[str, list[dict[str, Any]]] = {
+    "vector-insert-multirow__flink-testdata.json": [
+        {"op": "insert", **PRODUCTS, "after": product(*row)} | canal_at(1589373515000, 3) for row in CATALOGUE
+    ],
+    "vector-init-snapshot-multirow-with-null__flink-testdata.json": [
+        {"op": "snapshot", **PRODUCTS, "after": row} | canal_at(1589373515000, 3) for row in INIT_ROWS
+    ],
+    "vector-update__flink-testdata.json": [
+        {"op": "update", **PRODUCTS}
+        | {"before": product(106, "hammer", "16oz carpenter's hammer", 1.0)}
+        | {"after": product(106, "hammer", "18oz carpenter hammer", 1.0)}
+        | canal_at(1589373546000, 4)
+    ],
+    "vector-update-old-with-null__flink-testdata.json": [  # old: description was NULL, other was val2
+        {"op": "update", **PRODUCTS}
+        | {"before": product(106, "hammer", None, 1.0, other="val2")}
+        | {"after": product(106, "hammer", "18oz carpenter hammer", 1.0, other="val0")}
+        | canal_at(1589373546000, 4)
+    ],
+    "vector-update-multirow__flink-testdata.json": [  # data[] and old[] are parallel arrays
+        {"op": "update", **PRODUCTS}
+        | {"before": product(i, name, description, old), "after": product(i, name, description, 5.17)}
+        | canal_at(1589373753000, 11)
+        for i, name, description, old in [
+            (101, "scooter", "Small 2-wheel scooter", 3.14),
+            (102, "car battery", "12V car battery", 8.1),
+        ]
+    ],
+    "vector-delete__flink-testdata.json": [  # a DELETE's row is in data
+        {"op": "delete", **PRODUCTS, "before": product(111, "scooter", "Big 2-wheel scooter ", 5.17)}
+        | canal_at(1589373563000, 10)
+    ],
+    "vector-update__flink-docs.json": [
+        {"op": "update", **PRODUCTS, "table": "products"}
+        | {"before": product(111, "scooter", "Big 2-wheel scooter", 5.15)}
+        | {"after": product(111, "scooter", "Big 2-wheel scooter", 5.18)}
+        | canal_at(1589373560000, 9)
+    ],
+    # a DDL event: its table and time here; what the statement does is tests/test_ddl.py's
+    "vector-ddl-create-table__flink-testdata.json": [
+        {"op": "ddl", "database": "inventory", "table": "user02", "primary_key": []}
+        | canal_at(1589373566000, 13)
+    ],
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(CANAL))
+def test_canal_examples(fixture):
+    check("canal-json", f"canal-json/{fixture}", CANAL[fixture])
+
+
+# ---- Tencent Cloud CKafka: «MySQL 订阅消息官方格式说明» and «MySQL 订阅消息 Canal 格式说明»
+CUSTOMERS = {"database": "inventory", "table": "customers", "primary_key": []}  # no key in either format
+
+
+def ckafka_ddl(database: str, table: str | None, es_seconds: int) -> dict[str, Any]:
+    named = {"database": database, **({"table": table} if table else {}), "primary_key": []}
+    at = {"seq": [es_seconds * 1000, 0], "event_time": ms(es_seconds * 1000)}
+    return {"op": "ddl", **named, **at, "position": f"es={es_seconds} id=0"}
+
+
+CKAFKA: dict[str, list[dict[str, Any]]] = {
+    "vector-tencent-ckafka-official-format1__insert.json": [
+        {"op": "insert", **CUSTOMERS, "after": ANNE_TEXT, "seq": [3, 154]}
+        | {"event_time": dt.datetime(1970, 1, 1, 8, tzinfo=dt.UTC), "position": "mysql-bin.000003:154"}
+    ],
+    "vector-tencent-ckafka-official-format1__update.json": [
+        {"op": "update", **CUSTOMERS, "before": ANNE_TEXT, "after": MARIE_TEXT, "seq": [3, 484]}
+        | {
+            "event_time": dt.datetime(2016, 6, 11, 1, 50, 29, tzinfo=dt.UTC),
+            "position": "mysql-bin.000003:484",
+        }
+    ],
+    "vector-tencent-ckafka-official-format1__delete.json": [
+        {"op": "delete", **CUSTOMERS, "before": MARIE_TEXT, "seq": [3, 805]}
+        | {"event_time": dt.datetime(2016, 6, 11, 2, 5, 2, tzinfo=dt.UTC), "position": "mysql-bin.000003:805"}
+    ],
+    # Tencent's canal format: es 0 in the insert, so ts orders and times it; the position keeps es as written
+    "vector-tencent-ckafka-canal-json__insert.json": [
+        {"op": "insert", **CUSTOMERS, "after": ANNE_TEXT, "seq": [1465491411815, 0]}
+        | {"event_time": ms(1465491411815), "position": "es=0 id=0"}
+    ],
+    "vector-tencent-ckafka-canal-json__update.json": [  # old is the whole previous row
+        {"op": "update", **CUSTOMERS, "before": ANNE_TEXT, "after": MARIE_TEXT} | canal_at(1465581029100, 0)
+    ],
+    "vector-tencent-ckafka-canal-json__delete.json": [  # the deleted row is in old, data is null
+        {"op": "delete", **CUSTOMERS, "before": MARIE_TEXT} | canal_at(1465581902300, 0)
+    ],
+    "vector-tencent-ckafka-canal-json__ddl-alter-table.json": [ckafka_ddl("test", "user", 1655782153)],
+    "vector-tencent-ckafka-canal-json__ddl-create-database.json": [ckafka_ddl("dip_test", None, 1655812326)],
+    "vector-tencent-ckafka-canal-json__ddl-create-table.json": [
+        ckafka_ddl("dip_test", "customers", 1655812326)
+    ],
+    "vector-tencent-ckafka-canal-json__ddl-drop-database.json": [ckafka_ddl("dip_test", None, 1655812326)],
+    "vector-tencent-ckafka-canal-json__ddl-drop-table.json": [
+        ckafka_ddl("dip_test", "customers", 1655812326)
+    ],
+    # RENAME's es is in milliseconds (1656300979748): the document writes it so
+    "vector-tencent-ckafka-canal-json__ddl-rename-table.json": [
+        {"op": "ddl", "database": "testDB", "table": "t_test", "primary_key": []} | canal_at(1656300979748, 0)
+    ],
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(CKAFKA))
+def test_ckafka_examples(fixture):
+    check("ckafka", f"ckafka/{fixture}", CKAFKA[fixture])
+
+
+@pytest.mark.parametrize(("folder", "cases"), [("canal-json", CANAL), ("ckafka", CKAFKA)])
+def test_every_published_example_is_checked_here(folder, cases):
+    vectors = {p.name for p in (FIXTURES / folder).glob("vector-*.json") if ".expected." not in p.name}
+    assert vectors == set(cases)
