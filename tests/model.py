@@ -137,12 +137,22 @@ def replay(statements: list[Statement], until: int | None = None, policy: Policy
     return table
 
 
+def scaled(rows: list[Row]) -> list[Row]:
+    """Rows to compare: each Decimal paired with its exponent. Python finds Decimal("1.0") equal to
+    Decimal("1.00"), but a mirror column declared decimal(10,2) holds 1.00, and a text column must keep the
+    scale the source wrote: a mirror that lost it is not equal to the model."""
+    return [
+        {c: (v, v.as_tuple().exponent) if isinstance(v, Decimal) else v for c, v in r.items()} for r in rows
+    ]
+
+
 def same_value(a: Any, b: Any) -> bool:
-    """Equal values of one kind. Zone-aware datetimes are the same instant (whatever zone each is written
-    in); naive ones the same wall clock; an aware value never equals a naive one (which instant a wall clock
-    means is the question a mirror must not get wrong)."""
+    """Equal values of one kind. Decimals of the same scale (1.0 is not 1.00: see :func:`scaled`).
+    Zone-aware datetimes are the same instant (whatever zone each is written in); naive ones the same wall
+    clock; an aware value never equals a naive one (which instant a wall clock means is the question a
+    mirror must not get wrong)."""
     if isinstance(a, Decimal) and isinstance(b, Decimal):
-        return a == b
+        return a == b and a.as_tuple().exponent == b.as_tuple().exponent
     if isinstance(a, dt.datetime) and isinstance(b, dt.datetime):
         if (a.utcoffset() is None) != (b.utcoffset() is None):
             return False

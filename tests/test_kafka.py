@@ -101,6 +101,15 @@ def test_every_format_mirrors_from_kafka_as_from_files(spark, kafka, tmp_path, d
     logged = {(r["coordinates"]["source"], r["coordinates"]["partition"]) for r in log}
     assert {t for t, _p in logged} <= {topic}
     assert len(dead) == len(state_rows(tmp_path / "files" / "state", "dead_letters", ["offset"]))
+    # Each dead letter keeps the bytes produced at its coordinates: the record's value, or for an element of
+    # an array document a slice of it that parses as that element.
+    value_at = {where: raw for (_key, raw, _partition), where in zip(stream, placed, strict=True)}
+    for d in state_rows(state, "dead_letters", ["source", "partition", "offset", "index", "raw"]):
+        produced_value = value_at[(d["source"], d["partition"], d["offset"])]
+        assert d["raw"] is not None and d["raw"] in produced_value, d
+        if d["raw"] != produced_value:
+            document = json.loads(produced_value)
+            assert isinstance(document, list) and json.loads(d["raw"]) == document[d["index"] or 0], d
 
 
 def inserts(ids: range, partitions: int = 2) -> list[tuple[bytes | None, bytes, int]]:
