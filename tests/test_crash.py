@@ -332,6 +332,9 @@ def test_values_compare_aware_as_instants_and_naive_as_wall_clocks():
     # a wall clock is no instant: not equal to an aware value of the same fields, nor of the same instant
     assert not same_value(dt.datetime(2024, 7, 1, 0), utc)
     assert not same_value(shanghai, dt.datetime(2024, 7, 1, 8))
+    # a decimal(12,2) column holds 1.00: 1.0 is an equal Decimal but not the mirror's value
+    assert same_value(Decimal("1.00"), Decimal("1.00"))
+    assert not same_value(Decimal("1.0"), Decimal("1.00"))
 
 
 def events_of(message: dict) -> int:
