@@ -358,3 +358,83 @@ def test_ckafka_examples(fixture):
 def test_every_published_example_is_checked_here(folder, cases):
     vectors = {p.name for p in (FIXTURES / folder).glob("vector-*.json") if ".expected." not in p.name}
     assert vectors == set(cases)
+
+
+# ---- Apache Flink's Debezium streams: the changelog Flink's own test states for them ----------------------
+# apache/flink, flink-formats/flink-json/src/test/java/org/apache/flink/formats/json/debezium/
+# DebeziumJsonSerDeSchemaTest.java (testSerializationDeserialization): the statements in its comment on table
+# `product` give this changelog, for the MySQL and the PostgreSQL captures, schema included or not; weight is
+# a FLOAT there (compared here as float32: the MySQL capture writes the float32's double, 3.140000104904175).
+FLINK_CHANGELOG = [
+    ("+I", 101, "scooter", "Small 2-wheel scooter", 3.14),
+    ("+I", 102, "car battery", "12V car battery", 8.1),
+    ("+I", 103, "12-pack drill bits", "12-pack of drill bits with sizes ranging from #40 to #3", 0.8),
+    ("+I", 104, "hammer", "12oz carpenter's hammer", 0.75),
+    ("+I", 105, "hammer", "14oz carpenter's hammer", 0.875),
+    ("+I", 106, "hammer", "16oz carpenter's hammer", 1.0),
+    ("+I", 107, "rocks", "box of assorted rocks", 5.3),
+    ("+I", 108, "jacket", "water resistent black wind breaker", 0.1),
+    ("+I", 109, "spare tire", "24 inch spare tire", 22.2),
+    ("-U", 106, "hammer", "16oz carpenter's hammer", 1.0),
+    ("+U", 106, "hammer", "18oz carpenter hammer", 1.0),
+    ("-U", 107, "rocks", "box of assorted rocks", 5.3),
+    ("+U", 107, "rocks", "box of assorted rocks", 5.1),
+    ("+I", 110, "jacket", "water resistent white wind breaker", 0.2),
+    ("+I", 111, "scooter", "Big 2-wheel scooter ", 5.18),
+    ("-U", 110, "jacket", "water resistent white wind breaker", 0.2),
+    ("+U", 110, "jacket", "new water resistent white wind breaker", 0.5),
+    ("-U", 111, "scooter", "Big 2-wheel scooter ", 5.18),
+    ("+U", 111, "scooter", "Big 2-wheel scooter ", 5.17),
+    ("-D", 111, "scooter", "Big 2-wheel scooter ", 5.17),
+]
+
+
+def float32(value: Any) -> float:
+    import struct
+
+    return struct.unpack("f", struct.pack("f", float(value)))[0]
+
+
+def changelog(fixture: str) -> tuple[list[tuple[str, int, str, str, float]], list[str]]:
+    """The stream's events as Flink's row kinds (insert and snapshot rows +I, an update -U then +U, a
+    delete -D), and its dead letters' errors."""
+    kinds = {"insert": ["+I"], "snapshot": ["+I"], "update": ["-U", "+U"], "delete": ["-D"]}
+    rows, errors = [], []
+    for event in typed_events("debezium", f"debezium/{fixture}"):
+        if "error" in event:
+            errors.append(event["error"])
+            continue
+        assert (event["database"], event["table"]) in {("inventory", "products"), ("postgres", "products")}
+        for kind in kinds[event["op"]]:
+            image = event.get("before" if kind in ("-U", "-D") else "after")
+            if image is None:
+                continue  # no before image (REPLICA IDENTITY DEFAULT on a table without a key)
+            row = (int(image["id"]), image["name"], image["description"], float32(image["weight"]))
+            rows.append((kind, *row))
+    return rows, errors
+
+
+@pytest.mark.parametrize(
+    "fixture",
+    [
+        "flink-debezium-data-schema-exclude.jsonl",
+        "flink-debezium-data-schema-include.jsonl",
+        "flink-debezium-postgres-data-schema-exclude.jsonl",
+        "flink-debezium-postgres-data-schema-include.jsonl",
+    ],
+)
+def test_flink_debezium_streams_give_flinks_changelog(fixture):
+    rows, errors = changelog(fixture)
+    assert errors == []
+    assert rows == [(kind, i, name, text, float32(weight)) for kind, i, name, text, weight in FLINK_CHANGELOG]
+
+
+def test_flink_debezium_stream_without_replica_identity_full():
+    """The same statements captured from a table with REPLICA IDENTITY DEFAULT and no key: updates carry no
+    before image (applied by their after image) and the delete carries no row at all, a dead letter that
+    says what to change (Flink's test expects its deserializer to fail there, asking for REPLICA IDENTITY
+    FULL)."""
+    rows, errors = changelog("flink-debezium-postgres-data-replica-identity.jsonl")
+    expected = [(k, i, n, t, float32(w)) for k, i, n, t, w in FLINK_CHANGELOG if k not in ("-U", "-D")]
+    assert rows == expected
+    assert len(errors) == 1 and "REPLICA IDENTITY FULL" in errors[0], errors
