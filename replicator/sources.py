@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from replicator.jsonl import json_lines
 from replicator.kafka_reader import FETCH_MAX_WAIT_MS
 
 if TYPE_CHECKING:
@@ -86,8 +87,9 @@ def split_file(path: str, content: bytes | mmap.mmap) -> tuple[pa.Array, Sequenc
     """One file's raw records (a binary array) and their offsets (line numbers, 1-based; 1 for a
     whole-file record). ``content``: the file's bytes, or the file mapped (:func:`map_file`).
 
-    Lines are split on the byte 0x0A and keep their exact bytes (invalid UTF-8 included) for the decoder
-    and for dead letters; a trailing CR is dropped; blank lines are not records. The usual file is split
+    Lines are split on the byte 0x0A alone (:mod:`replicator.jsonl`) and keep their exact bytes (invalid
+    UTF-8 included) for the decoder and for dead letters; a trailing CR is dropped; blank lines (JSON
+    whitespace alone) are not records. The usual file is split
     by Arrow (:func:`_split_plain`); the others line by line (``bytes.split`` and one ``join`` measured 6x
     faster than NumPy masks over the bytes).
     """
@@ -105,11 +107,7 @@ def split_file(path: str, content: bytes | mmap.mmap) -> tuple[pa.Array, Sequenc
         return pa.array([content], pa.binary()), [1]
     lines: list[bytes] = []
     numbers: list[int] = []
-    for number, line in enumerate(content.split(b"\n"), start=1):
-        if line.endswith(b"\r"):
-            line = line[:-1]
-        if not line or line.isspace():
-            continue
+    for number, line in json_lines(content):
         if b64:
             try:
                 line = base64.b64decode(line.strip())
@@ -559,8 +557,8 @@ def _offsets_file(uri: str) -> dict[str, dict[str, int]] | None:
         return None
     if content is None:
         return None
-    lines = [line for line in content.decode("utf-8", "replace").splitlines() if line.strip()]
-    return json.loads(lines[-1]) if lines else None
+    lines = json_lines(content.decode("utf-8", "replace"))
+    return json.loads(lines[-1][1]) if lines else None
 
 
 def kafka_batch_ranges(checkpoint: str, batch_id: int) -> dict[tuple[str, int], tuple[int, int]] | None:
