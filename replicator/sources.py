@@ -621,6 +621,17 @@ def kafka_latest_offsets(
     closing it again took ~0.2 s of every Kafka batch (its connections, its metadata). Java collections
     are read by index, not iterated: the end of a py4j iteration is an exception, which PySpark converts
     at ~50 ms each (a dozen JVM calls)."""
+    return _asked(spark, options, _latest, topics)
+
+
+def kafka_topic_ids(spark: SparkSession, options: KafkaOptions, topics: list[str]) -> dict[str, str]:
+    """Each existing topic's ID (a UUID Kafka gives a topic when it is created: replicator.kafka_topics),
+    asked as :func:`kafka_latest_offsets` asks; a topic that does not exist now is left out."""
+    return _asked(spark, options, _topic_ids, topics)
+
+
+def _asked(spark: SparkSession, options: KafkaOptions, ask: Any, topics: list[str]) -> Any:
+    """``ask(jvm, admin, topics)`` with the job's kept admin client (:func:`kafka_latest_offsets`)."""
     jvm = spark._jvm  # type: ignore[attr-defined]
     built = {k: v for k, v in kafka_options(options).items() if k not in _CONSUMER_ONLY}
     settings = {k.removeprefix("kafka."): v for k, v in built.items() if k.startswith("kafka.")}
@@ -632,14 +643,14 @@ def kafka_latest_offsets(
     if admin is None:
         admin = _admin(jvm, settings)
     try:
-        offsets = _latest(jvm, admin, topics)
+        answer = ask(jvm, admin, topics)
     except Exception:
         _close(admin)
         if not kept:
             raise
         admin = _admin(jvm, settings)  # a kept client that fails (its JVM gone): a new one, once
         try:
-            offsets = _latest(jvm, admin, topics)
+            answer = ask(jvm, admin, topics)
         except BaseException:
             _close(admin)
             raise
@@ -647,7 +658,19 @@ def kafka_latest_offsets(
         _ADMINS[key] = admin
         while len(_ADMINS) > 4:
             _close(_ADMINS.pop(next(iter(_ADMINS))))
-    return offsets
+    return answer
+
+
+def _topic_ids(jvm: Any, admin: Any, topics: list[str]) -> dict[str, str]:
+    ids = {}
+    for topic in topics:  # one by one: a topic that does not exist fails only its own future
+        future = admin.describeTopics(jvm.java.util.ArrayList([topic])).topicNameValues().get(topic)
+        try:
+            ids[topic] = str(future.get().topicId().toString())
+        except Exception as exc:
+            if "UnknownTopicOrPartition" not in str(exc):
+                raise
+    return ids
 
 
 def _admin(jvm: Any, settings: dict[str, str]) -> Any:
@@ -684,6 +707,19 @@ _ADMINS: dict[tuple[tuple[str, str], ...], Any] = {}
 _ADMINS_LOCK = threading.Lock()
 
 
+def close_kafka_clients() -> None:
+    """The driver's kept Kafka clients closed (before Spark's JVM stops): the admin clients of
+    :func:`kafka_latest_offsets` and any librdkafka consumer kafka_reader keeps."""
+    from replicator.kafka_reader import close_idle
+
+    with _ADMINS_LOCK:
+        admins = list(_ADMINS.values())
+        _ADMINS.clear()
+    for admin in admins:
+        _close(admin)
+    close_idle()
+
+
 _DATA_LOST = re.compile(r"Could not read records in offset \[(\d+), (\d+)\) for topic partition (\S+)-(\d+)")
 
 
@@ -695,7 +731,7 @@ def data_loss_message(error: BaseException) -> str | None:
         return None
     first, end, topic, partition = found.groups()
     return (
-        f"Kafka no longer has all of offsets {first} to {int(end) - 1} of topic {topic!r} partition "
+        f"Kafka no longer has offsets {first} to {int(end) - 1} of topic {topic!r} partition "
         f"{partition} (deleted by retention before this job read them): nothing was applied from them. "
         "To go on without them, set source.kafka.fail_on_data_loss: false (`replicator status` shows the gap)"
     )

@@ -48,7 +48,7 @@ STAGE_OF = {
         "helpers",
     ),
     "state": "state",
-    "sources": "sources",
+    **dict.fromkeys(("sources", "kafka_topics"), "sources"),
     **dict.fromkeys(("decode", "payload", "routing", "exchange"), "decode"),
     "fold": "fold",
     "apply": "apply",
