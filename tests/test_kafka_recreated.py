@@ -49,8 +49,8 @@ def mirrored_ids(root: Path) -> list[int]:
     return sorted(int(r["id"]) for r in delta_table(root / "lake" / "shop" / "orders").to_pylist())
 
 
-def job_file(root: Path, kafka, topic: str, fail_on_data_loss: bool) -> Path:  # type: ignore[no-untyped-def]
-    source = kafka_source(kafka, "canal-json", [topic], fail_on_data_loss=fail_on_data_loss)
+def job_file(root: Path, kafka, topic: str, fail_on_data_loss: bool, reader: str) -> Path:  # type: ignore[no-untyped-def]
+    source = kafka_source(kafka, "canal-json", [topic], fail_on_data_loss=fail_on_data_loss, reader=reader)
     data = {"name": "recreated", "source": source, "target": {"path": "lake"}, "state": {"path": "state"}}
     path = root / f"job-{fail_on_data_loss}.json"  # (JSON is YAML)
     path.write_text(json.dumps(data), encoding="utf-8")
@@ -72,17 +72,20 @@ def topic_id(kafka, topic: str) -> str | None:  # type: ignore[no-untyped-def]
     return str(described.topic_id).replace("+", "-").replace("/", "_")
 
 
-@pytest.mark.parametrize(("new_records", "case"), [(30, "more"), (4, "fewer")])
+@pytest.mark.parametrize(
+    ("new_records", "case", "reader"), [(30, "more", "direct"), (4, "fewer", "direct"), (30, "more", "spark")]
+)
 def test_a_re_created_topic_stops_the_run_or_is_read_from_its_start(
-    in_process, kafka, tmp_path, capsys, new_records, case
+    in_process, kafka, tmp_path, capsys, new_records, case, reader
 ):
+    """``reader``: the decode tasks read the ranges (kafka_reader), or Spark's Kafka connector does."""
     from replicator.commands.status import collect_status, print_status
     from replicator.config import load_config
 
-    topic = kafka.topic(f"recreated-{case}", 2)
+    topic = kafka.topic(f"recreated-{case}-{reader}", 2)
     kafka.produce(topic, inserts(range(10)))  # offsets 0-4 in each partition
-    stop = job_file(tmp_path, kafka, topic, fail_on_data_loss=True)
-    go_on = job_file(tmp_path, kafka, topic, fail_on_data_loss=False)
+    stop = job_file(tmp_path, kafka, topic, fail_on_data_loss=True, reader=reader)
+    go_on = job_file(tmp_path, kafka, topic, fail_on_data_loss=False, reader=reader)
     assert in_process(["mirror", "--config", str(stop), "--available-now"]) == 0, capsys.readouterr()
     assert mirrored_ids(tmp_path) == list(range(10))
     old_id = topic_id(kafka, topic)
