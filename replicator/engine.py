@@ -192,7 +192,7 @@ class Engine:
         kafka = source.kafka if source.type == "kafka" else None
         if kafka is not None:
             from replicator.kafka_topics import check_batch
-            from replicator.sources import kafka_batch_ranges, kafka_range_frame
+            from replicator.sources import kafka_batch_ranges, kafka_range_frame, range_inputs
 
             planned = kafka_batch_ranges(self.state.checkpoint, batch_id)
             if planned is not None:
@@ -200,7 +200,8 @@ class Engine:
                 planned, recreated = check_batch(frame.sparkSession, kafka, self.state.root, planned)
                 if recreated:
                     self._recreated[batch_id] = (planned, recreated)
-                    return "kafka", self._read_again(frame.sparkSession, planned)
+                    if any(end > start for start, end in planned.values()):  # (else nothing to read)
+                        return "kafka", range_inputs(frame.sparkSession, self.config, planned)
             if SPLIT_OPTIONS & set(kafka.options):
                 planned = None
             if planned is not None and kafka.direct_settings() is not None:
@@ -208,19 +209,6 @@ class Engine:
                 # micro-batch's own DataFrame is never run.
                 return "kafka", kafka_range_frame(frame.sparkSession, planned)
         return batch_inputs(source.type, frame, planned)
-
-    def _read_again(self, spark: SparkSession, ranges: dict[tuple[str, int], tuple[int, int]]) -> DataFrame:
-        """Kafka ranges other than the ones Spark planned (a re-created topic's from its start), read by
-        the decode tasks or by Spark's Kafka connector as a noted batch is (sources.pending_inputs)."""
-        from replicator.sources import pending_inputs
-
-        live = sorted((t, p, start, end - 1) for (t, p), (start, end) in ranges.items() if end > start)
-        inputs = pa.table(
-            {name: [r[i] for r in live] for i, name in enumerate(("source", "partition", "first", "last"))},
-            pa.schema([("source", pa.string()), ("partition", pa.int64()), ("first", pa.int64()),
-                       ("last", pa.int64())]),
-        )  # fmt: skip
-        return pending_inputs(spark, self.config, "kafka", inputs)
 
     def process_records(
         self, records: pa.Table, batch_id: int, spark: SparkSession | None = None

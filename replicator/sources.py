@@ -502,6 +502,20 @@ def pending_inputs(spark: SparkSession, config: JobConfig, source: str, inputs: 
     raise ValueError(f"a {source!r} batch is never noted as pending")
 
 
+def range_inputs(
+    spark: SparkSession, config: JobConfig, ranges: dict[tuple[str, int], tuple[int, int]]
+) -> DataFrame:
+    """Kafka ranges other than the ones Spark planned (a re-created topic's from its start:
+    replicator.kafka_topics), read as a noted batch's are (:func:`pending_inputs`)."""
+    import pyarrow as pa
+
+    live = sorted((t, p, start, end - 1) for (t, p), (start, end) in ranges.items() if end > start)
+    names = ("source", "partition", "first", "last")
+    schema = pa.schema([(n, pa.string() if n == "source" else pa.int64()) for n in names])
+    inputs = pa.table({n: [r[i] for r in live] for i, n in enumerate(names)}, schema)
+    return pending_inputs(spark, config, "kafka", inputs)
+
+
 def build_stream(spark: SparkSession, config: JobConfig) -> DataFrame:
     builders = {"files": files_stream, "kafka": kafka_stream}
     return builders[config.source.type](spark, config)
