@@ -634,8 +634,10 @@ def _shut_down() -> None:
     workers, besides the engine's two executor threads and PySpark's py4j threads). What this process
     started is ended here in order: the driver's Kafka clients (JVM admin clients, librdkafka consumers),
     then the Spark session (its JVM, py4j's threads), then the exit handlers (PySpark's, logging's flush).
-    What is left are the native libraries' own pools, which nothing here can join; ``os._exit`` ends the
-    process without running their destructors, as ``_exit_now`` does for the commands without Spark."""
+    What is left are the native libraries' own pools, which nothing here can join (Arrow: "Thread crash at
+    exit in Arrow-15.0.0 dataset scan", apache/arrow#39862; delta-rs: "terminate called without an active
+    exception", delta-io/delta-rs#2184); ``os._exit`` ends the process without running their destructors,
+    as ``_exit_now`` does for the commands without Spark."""
     try:
         from replicator.sources import close_kafka_clients
 
