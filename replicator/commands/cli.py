@@ -638,12 +638,10 @@ def _shut_down() -> None:
     exit in Arrow-15.0.0 dataset scan", apache/arrow#39862; delta-rs: "terminate called without an active
     exception", delta-io/delta-rs#2184); ``os._exit`` ends the process without running their destructors,
     as ``_exit_now`` does for the commands without Spark."""
-    try:
-        from replicator.sources import close_kafka_clients
-
-        close_kafka_clients()
-    except Exception:  # a client whose JVM is gone: nothing left to close
-        pass
+    sources = sys.modules.get("replicator.sources")  # (not imported at exit by a command that never did)
+    if sources is not None:
+        with contextlib.suppress(Exception):  # a client whose JVM is gone: nothing left to close
+            sources.close_kafka_clients()
     pyspark = sys.modules.get("pyspark")
     if pyspark is not None:
         from pyspark import SparkContext
