@@ -6,7 +6,7 @@ from replicator.pythonpath import installed_pyspark_first
 
 installed_pyspark_first()  # before anything imports pyspark: spark-submit's zips compile on every start
 
-from replicator.commands.cli import main  # noqa: E402
+from replicator.commands.cli import run  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(["mirror", *sys.argv[1:]]))
+    run(["mirror", *sys.argv[1:]])

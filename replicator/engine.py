@@ -144,6 +144,8 @@ class Engine:
         # The batch applied while the next one is decoded (Engine.submit), one at a time.
         self._applying = ThreadPoolExecutor(1, thread_name_prefix="apply")
         self._pending: Future[BatchSummary] | None = None
+        # Kafka batches reading a re-created topic from its start: their ranges and the topics, until applied.
+        self._recreated: dict[int, tuple[dict[tuple[str, int], tuple[int, int]], list[Any]]] = {}
         self.on_batch: Callable[[BatchSummary], None] | None = None  # each batch's summary, once applied
         # Where the executors leave a batch's large results for the driver (payload.to_files): a folder of
         # this engine's own, since a `dead-letters retry` may run beside the mirror job on one state; a
@@ -188,13 +190,21 @@ class Engine:
         source = self.config.source
         planned = None
         kafka = source.kafka if source.type == "kafka" else None
-        if kafka is not None and not SPLIT_OPTIONS & set(kafka.options):
-            from replicator.sources import kafka_batch_ranges
+        if kafka is not None:
+            from replicator.kafka_topics import check_batch
+            from replicator.sources import kafka_batch_ranges, kafka_range_frame, range_inputs
 
             planned = kafka_batch_ranges(self.state.checkpoint, batch_id)
+            if planned is not None:
+                # A topic deleted and re-created: stop, or its ranges from the new topic's start.
+                planned, recreated = check_batch(frame.sparkSession, kafka, self.state.root, planned)
+                if recreated:
+                    self._recreated[batch_id] = (planned, recreated)
+                    if any(end > start for start, end in planned.values()):  # (else nothing to read)
+                        return "kafka", range_inputs(frame.sparkSession, self.config, planned)
+            if SPLIT_OPTIONS & set(kafka.options):
+                planned = None
             if planned is not None and kafka.direct_settings() is not None:
-                from replicator.sources import kafka_range_frame
-
                 # The decode tasks read the planned ranges themselves (replicator.kafka_reader); the
                 # micro-batch's own DataFrame is never run.
                 return "kafka", kafka_range_frame(frame.sparkSession, planned)
@@ -262,6 +272,11 @@ class Engine:
         if work.changelog is not None:
             wait([work.changelog])
         _clear(work.batch.plan.spill)
+
+    def close(self) -> None:
+        """The engine's threads ended (after :meth:`drain`): a process that exits next has none left."""
+        self._applying.shutdown(wait=True)
+        self._background.shutdown(wait=True)
 
     def drain(self) -> None:
         """Wait for the batch being applied in the background, if any; its error is raised here."""
@@ -444,7 +459,8 @@ class Engine:
         from replicator.sources import kafka_batch_ranges, kafka_latest_offsets, kafka_partition_rows
 
         batch_id = work.summary.batch_id
-        ranges = kafka_batch_ranges(self.state.checkpoint, batch_id)
+        again = self._recreated.pop(batch_id, None)
+        ranges = kafka_batch_ranges(self.state.checkpoint, batch_id) if again is None else again[0]
         if ranges is None:  # a pending batch whose checkpoint offsets Spark no longer keeps
             return
         assert self.config.source.kafka is not None
@@ -465,6 +481,10 @@ class Engine:
                 batch_id=batch_id,
             )
         self.state.record_partitions(rows, batch_id)
+        if again is not None:  # the re-created topics' new IDs from now on (kafka_topics.check_batch)
+            from replicator.kafka_topics import TopicIds
+
+            TopicIds(self.state.root).replace(again[1], batch_id)
 
     def _record(self, work: BatchWork, results: list[TableResult], dead_rows: list[DeadRow]) -> None:
         """History tables, the tables' results in the summary, dead letters, the registry, tombstones."""

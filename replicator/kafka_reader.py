@@ -250,6 +250,15 @@ def _take(settings: dict[str, str]) -> Any:
     return consumer if consumer is not None else _consumer(settings)
 
 
+def close_idle() -> None:
+    """Every kept consumer closed (librdkafka's threads ended): a process that exits next has none left."""
+    with _IDLE_LOCK:
+        idle = [c for consumers in _IDLE.values() for c in consumers]
+        _IDLE.clear()
+    for consumer in idle:
+        consumer.close()
+
+
 def _give_back(settings: dict[str, str], consumer: Any) -> None:
     with _IDLE_LOCK:
         _IDLE.setdefault(tuple(sorted(settings.items())), []).append(consumer)
@@ -381,7 +390,7 @@ def _first(consumer: Any, topic: str, partition: int, start: int, end: int, fail
     if start >= low:
         return start
     if fail_on_data_loss:
-        raise _lost(topic, partition, start, end)
+        raise _lost(topic, partition, start, min(low, end))  # the offsets lost, not the whole range
     return low
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from replicator.jsonl import json_lines
 from replicator.kafka_reader import FETCH_MAX_WAIT_MS
 
 if TYPE_CHECKING:
@@ -86,8 +87,9 @@ def split_file(path: str, content: bytes | mmap.mmap) -> tuple[pa.Array, Sequenc
     """One file's raw records (a binary array) and their offsets (line numbers, 1-based; 1 for a
     whole-file record). ``content``: the file's bytes, or the file mapped (:func:`map_file`).
 
-    Lines are split on the byte 0x0A and keep their exact bytes (invalid UTF-8 included) for the decoder
-    and for dead letters; a trailing CR is dropped; blank lines are not records. The usual file is split
+    Lines are split on the byte 0x0A alone (:mod:`replicator.jsonl`) and keep their exact bytes (invalid
+    UTF-8 included) for the decoder and for dead letters; a trailing CR is dropped; blank lines (JSON
+    whitespace alone) are not records. The usual file is split
     by Arrow (:func:`_split_plain`); the others line by line (``bytes.split`` and one ``join`` measured 6x
     faster than NumPy masks over the bytes).
     """
@@ -105,11 +107,7 @@ def split_file(path: str, content: bytes | mmap.mmap) -> tuple[pa.Array, Sequenc
         return pa.array([content], pa.binary()), [1]
     lines: list[bytes] = []
     numbers: list[int] = []
-    for number, line in enumerate(content.split(b"\n"), start=1):
-        if line.endswith(b"\r"):
-            line = line[:-1]
-        if not line or line.isspace():
-            continue
+    for number, line in json_lines(content):
         if b64:
             try:
                 line = base64.b64decode(line.strip())
@@ -504,6 +502,20 @@ def pending_inputs(spark: SparkSession, config: JobConfig, source: str, inputs: 
     raise ValueError(f"a {source!r} batch is never noted as pending")
 
 
+def range_inputs(
+    spark: SparkSession, config: JobConfig, ranges: dict[tuple[str, int], tuple[int, int]]
+) -> DataFrame:
+    """Kafka ranges other than the ones Spark planned (a re-created topic's from its start:
+    replicator.kafka_topics), read as a noted batch's are (:func:`pending_inputs`)."""
+    import pyarrow as pa
+
+    live = sorted((t, p, start, end - 1) for (t, p), (start, end) in ranges.items() if end > start)
+    names = ("source", "partition", "first", "last")
+    schema = pa.schema([(n, pa.string() if n == "source" else pa.int64()) for n in names])
+    inputs = pa.table({n: [r[i] for r in live] for i, n in enumerate(names)}, schema)
+    return pending_inputs(spark, config, "kafka", inputs)
+
+
 def build_stream(spark: SparkSession, config: JobConfig) -> DataFrame:
     builders = {"files": files_stream, "kafka": kafka_stream}
     return builders[config.source.type](spark, config)
@@ -559,8 +571,8 @@ def _offsets_file(uri: str) -> dict[str, dict[str, int]] | None:
         return None
     if content is None:
         return None
-    lines = [line for line in content.decode("utf-8", "replace").splitlines() if line.strip()]
-    return json.loads(lines[-1]) if lines else None
+    lines = json_lines(content.decode("utf-8", "replace"))
+    return json.loads(lines[-1][1]) if lines else None
 
 
 def kafka_batch_ranges(checkpoint: str, batch_id: int) -> dict[tuple[str, int], tuple[int, int]] | None:
@@ -623,6 +635,17 @@ def kafka_latest_offsets(
     closing it again took ~0.2 s of every Kafka batch (its connections, its metadata). Java collections
     are read by index, not iterated: the end of a py4j iteration is an exception, which PySpark converts
     at ~50 ms each (a dozen JVM calls)."""
+    return _asked(spark, options, _latest, topics)
+
+
+def kafka_topic_ids(spark: SparkSession, options: KafkaOptions, topics: list[str]) -> dict[str, str]:
+    """Each existing topic's ID (a UUID Kafka gives a topic when it is created: replicator.kafka_topics),
+    asked as :func:`kafka_latest_offsets` asks; a topic that does not exist now is left out."""
+    return _asked(spark, options, _topic_ids, topics)
+
+
+def _asked(spark: SparkSession, options: KafkaOptions, ask: Any, topics: list[str]) -> Any:
+    """``ask(jvm, admin, topics)`` with the job's kept admin client (:func:`kafka_latest_offsets`)."""
     jvm = spark._jvm  # type: ignore[attr-defined]
     built = {k: v for k, v in kafka_options(options).items() if k not in _CONSUMER_ONLY}
     settings = {k.removeprefix("kafka."): v for k, v in built.items() if k.startswith("kafka.")}
@@ -634,14 +657,14 @@ def kafka_latest_offsets(
     if admin is None:
         admin = _admin(jvm, settings)
     try:
-        offsets = _latest(jvm, admin, topics)
+        answer = ask(jvm, admin, topics)
     except Exception:
         _close(admin)
         if not kept:
             raise
         admin = _admin(jvm, settings)  # a kept client that fails (its JVM gone): a new one, once
         try:
-            offsets = _latest(jvm, admin, topics)
+            answer = ask(jvm, admin, topics)
         except BaseException:
             _close(admin)
             raise
@@ -649,7 +672,19 @@ def kafka_latest_offsets(
         _ADMINS[key] = admin
         while len(_ADMINS) > 4:
             _close(_ADMINS.pop(next(iter(_ADMINS))))
-    return offsets
+    return answer
+
+
+def _topic_ids(jvm: Any, admin: Any, topics: list[str]) -> dict[str, str]:
+    ids = {}
+    for topic in topics:  # one by one: a topic that does not exist fails only its own future
+        future = admin.describeTopics(jvm.java.util.ArrayList([topic])).topicNameValues().get(topic)
+        try:
+            ids[topic] = str(future.get().topicId().toString())
+        except Exception as exc:
+            if "UnknownTopicOrPartition" not in str(exc):
+                raise
+    return ids
 
 
 def _admin(jvm: Any, settings: dict[str, str]) -> Any:
@@ -686,6 +721,19 @@ _ADMINS: dict[tuple[tuple[str, str], ...], Any] = {}
 _ADMINS_LOCK = threading.Lock()
 
 
+def close_kafka_clients() -> None:
+    """The driver's kept Kafka clients closed (before Spark's JVM stops): the admin clients of
+    :func:`kafka_latest_offsets` and any librdkafka consumer kafka_reader keeps."""
+    from replicator.kafka_reader import close_idle
+
+    with _ADMINS_LOCK:
+        admins = list(_ADMINS.values())
+        _ADMINS.clear()
+    for admin in admins:
+        _close(admin)
+    close_idle()
+
+
 _DATA_LOST = re.compile(r"Could not read records in offset \[(\d+), (\d+)\) for topic partition (\S+)-(\d+)")
 
 
@@ -697,7 +745,7 @@ def data_loss_message(error: BaseException) -> str | None:
         return None
     first, end, topic, partition = found.groups()
     return (
-        f"Kafka no longer has all of offsets {first} to {int(end) - 1} of topic {topic!r} partition "
+        f"Kafka no longer has offsets {first} to {int(end) - 1} of topic {topic!r} partition "
         f"{partition} (deleted by retention before this job read them): nothing was applied from them. "
         "To go on without them, set source.kafka.fail_on_data_loss: false (`replicator status` shows the gap)"
     )

@@ -46,6 +46,39 @@ class Kafka:
             future.result(timeout=30)
         return topic
 
+    def recreate(self, topic: str, partitions: int) -> None:
+        """``topic`` deleted and created again under its name (a new topic ID), empty and ready."""
+        import time
+
+        from confluent_kafka import KafkaException, TopicCollection
+        from confluent_kafka.admin import NewTopic
+
+        admin = self.admin()
+        [described] = admin.describe_topics(TopicCollection([topic])).values()
+        old_id = described.result(timeout=30).topic_id
+        for future in admin.delete_topics([topic], operation_timeout=30).values():
+            future.result(timeout=30)
+        deadline = time.monotonic() + 60
+        while True:  # the deletion completes in the background: the name is taken until it has
+            try:
+                for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+                    future.result(timeout=30)
+                break
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        while True:  # and the new topic is in the broker's metadata (the old one's ID stays a while)
+            try:
+                [described] = admin.describe_topics(TopicCollection([topic])).values()
+                if described.result(timeout=30).topic_id != old_id:
+                    return
+            except KafkaException:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic} re-created, but its new topic ID not described within 60 s")
+            time.sleep(0.2)
+
     def add_partitions(self, topic: str, total: int) -> None:
         from confluent_kafka.admin import NewPartitions
 

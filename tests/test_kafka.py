@@ -148,7 +148,8 @@ def test_offsets_deleted_before_the_job_read_them_fail_or_are_shown_as_lost(spar
     with pytest.raises(SourceFailed) as failed:
         run_job(spark, config)
     message = str(failed.value)
-    assert f"of topic '{topic}' partition" in message and "offsets 5 to 14" in message
+    assert f"of topic {topic!r} partition" in message
+    assert "offsets 5 to 11 " in message or "offsets 5 to 7 " in message, message  # the lost ones
     assert "fail_on_data_loss: false" in message and "\n" not in message
     assert mirrored_ids(tmp_path) == list(range(10))  # nothing of that batch applied
 

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 # Pydantic looks for its plugins (observability hooks) when the first model class is built, by scanning
 # every installed distribution's entry points, spark-submit's zips included: ~40 ms of each driver's start.
@@ -58,7 +58,10 @@ def _mirror(args: argparse.Namespace) -> int:
     finally:
         gc.freeze()
         gc.enable()
-    code = job.run(available_now=args.available_now, checked=True)
+    try:
+        code = job.run(available_now=args.available_now, checked=True)
+    finally:
+        job.engine.close()  # (drained by run) its apply and change-log threads end before the process does
     if not args.available_now:
         return code
     from replicator.commands.outcome import DEAD_TABLES_EXIT, summarize
@@ -603,5 +606,57 @@ def main(argv: Sequence[str] | None = None) -> int:
         _release_locks()  # the command is over (a process that runs main again takes the lock again)
 
 
+def run(argv: Sequence[str] | None = None) -> NoReturn:
+    """The ``replicator`` command as a process: :func:`main`, then the process ends without the interpreter's
+    teardown, once everything is written (see :func:`_shut_down`)."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's --help and usage errors
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)  # as the interpreter does for sys.exit("message")
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    _shut_down()
+    os._exit(code)
+
+
+def _shut_down() -> None:
+    """End what still runs, in order, then leave the exit to ``os._exit``.
+
+    A run that had printed its summary (its batches committed, its lock released) died now and then with
+    ``terminate called without an active exception`` (SIGABRT, exit -6: issue 48, item 8): at the
+    interpreter's exit, native thread pools still had live threads when their libraries' static destructors
+    ran (at exit such a process holds a dozen of Arrow's C++ pool threads and a dozen of delta-rs's tokio
+    workers, besides the engine's two executor threads and PySpark's py4j threads). What this process
+    started is ended here in order: the driver's Kafka clients (JVM admin clients, librdkafka consumers),
+    then the Spark session (its JVM, py4j's threads), then the exit handlers (PySpark's, logging's flush).
+    What is left are the native libraries' own pools, which nothing here can join (Arrow: "Thread crash at
+    exit in Arrow-15.0.0 dataset scan", apache/arrow#39862; delta-rs: "terminate called without an active
+    exception", delta-io/delta-rs#2184); ``os._exit`` ends the process without running their destructors,
+    as ``_exit_now`` does for the commands without Spark."""
+    sources = sys.modules.get("replicator.sources")  # (not imported at exit by a command that never did)
+    if sources is not None:
+        with contextlib.suppress(Exception):  # a client whose JVM is gone: nothing left to close
+            sources.close_kafka_clients()
+    pyspark = sys.modules.get("pyspark")
+    if pyspark is not None:
+        from pyspark import SparkContext
+
+        context = SparkContext._active_spark_context
+        if context is not None:
+            with contextlib.suppress(Exception):
+                context.stop()
+    import atexit
+
+    atexit._run_exitfuncs()  # PySpark's JVM child ended, logging flushed; they ran before os._exit
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

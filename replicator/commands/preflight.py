@@ -24,6 +24,7 @@ from pathlib import Path
 from replicator.apply.table import behind_message
 from replicator.config import JobConfig
 from replicator.errors import StateDamaged
+from replicator.jsonl import is_blank, split_lines
 from replicator.logging import get_logger
 from replicator.model import table_label
 from replicator.state import State, TableState
@@ -70,7 +71,7 @@ def _log_file_problem(path: Path, json_lines: int) -> str | None:
         text = path.read_bytes().lstrip(b"\x00").decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return f"cannot be read ({exc})"
-    lines = text.splitlines()
+    lines = split_lines(text)
     if not lines or not lines[0].startswith("v") or not lines[0][1:].isdigit():
         return "has no version line (empty or truncated)"
     body = lines[1:]
@@ -93,7 +94,7 @@ def check_checkpoint(checkpoint: Path) -> str | None:
     if (checkpoint / "metadata").exists():
         metadata = checkpoint / "metadata"
         try:
-            json.loads(metadata.read_text(encoding="utf-8").splitlines()[0])
+            json.loads(split_lines(metadata.read_text(encoding="utf-8"))[0])
         except (OSError, ValueError, IndexError):
             return _checkpoint_message(metadata, "is not a JSON line (truncated?)")
     # offsets/N: metadata and one offset per source; commits/N: one line; sources/<n>/N: a file or range
@@ -143,13 +144,13 @@ def check_delta_log(table: Path) -> str | None:
         files.append(folder / "_last_checkpoint")
     for path in files:
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
+            lines = split_lines(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError) as exc:
             return _delta_message(table, path, f"cannot be read ({exc})")
-        if not any(line.strip() for line in lines):
+        if all(is_blank(line) for line in lines):
             return _delta_message(table, path, "is empty")
         for number, line in enumerate(lines, start=1):
-            if not line.strip():
+            if is_blank(line):
                 continue
             try:
                 action = json.loads(line)

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from replicator.jsonl import split_lines
+
 if TYPE_CHECKING:
     from replicator.config import JobConfig
 
@@ -39,7 +41,7 @@ def checkpoint_files(checkpoint: str | Path) -> set[str]:
     for entry in log.iterdir():
         if entry.name.startswith(".") or entry.suffix == ".crc" or not entry.is_file():
             continue
-        for line in entry.read_text(encoding="utf-8", errors="replace").splitlines():
+        for line in split_lines(entry.read_text(encoding="utf-8", errors="replace")):
             if line.startswith("{"):
                 try:
                     seen.add(_local(json.loads(line)["path"]))

@@ -124,6 +124,11 @@ class MirrorJob:
 
         seed_history(self.config, self.engine.state)  # history turned on for mirrors that have rows
         self.report_skipped()
+        kafka = self.config.source.kafka if self.config.source.type == "kafka" else None
+        if kafka is not None:  # a topic deleted and re-created since the last run: stopped here, in one line
+            from replicator.kafka_topics import check_at_start
+
+            check_at_start(self.spark, kafka, self.engine.state.root)
         # A batch Spark committed while the last run applied it (trigger.overlap) is applied first.
         self.summaries += self.engine.recover(self.spark)
         self.engine.on_batch = self._applied
@@ -170,6 +175,8 @@ class MirrorJob:
                 lost = data_loss_message(error) if self.config.source.type == "kafka" else None
                 if lost is not None:
                     raise SourceFailed(lost) from error
+                if kafka is not None:  # Spark's planning fails on a re-created topic with fewer records
+                    check_at_start(self.spark, kafka, self.engine.state.root)
                 raise error
             drained = True
             self.engine.drain()  # the last batch, applied behind: its error is this run's

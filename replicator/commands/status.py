@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from replicator.config import JobConfig
+from replicator.kafka_topics import TopicIds
 from replicator.model import table_label
 from replicator.state import State
 
@@ -83,6 +84,8 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
         "batches": batches,
         "pending": pending,
         "kafka": kafka_partitions(state),
+        # Kafka topics deleted and re-created, read again from their start (fail_on_data_loss: false)
+        "kafka_topics_recreated": TopicIds(state.root).events(),
         # Landing-folder entries the stream does not read (hidden, links, other suffixes), as of the last scan
         "skipped_files": state.skipped(),
     }
@@ -191,6 +194,11 @@ def print_status(config: JobConfig, as_json: bool = False, last_batches: int = 1
             last = p["last_read"] if p["last_read"] is not None else "-"
             lost = ", ".join(f"{a}-{b - 1}" for a, b in p["lost"]) or "none"
             print(f"{p['topic']:32} {p['partition']:>9} {p['next_offset']:>12} {last:>10} {lag:>8}  {lost}")
+    for r in status["kafka_topics_recreated"]:
+        print(
+            f"kafka topic {r['topic']} was deleted and re-created (topic ID {r['old_id']} -> {r['new_id']}): "
+            f"read from its start in batch #{r['batch_id']}, {r['at']}"
+        )
     print("recent batches:")
     for b in status["batches"]:
         # The accounting rule (docs/operations.md): decoded items = applied + filtered + dead letters.

@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from replicator.jsonl import json_lines
 from replicator.sinks.base import MergeResult, Txn
 
 # Table features whose tables this path writes exactly as delta-rs would (none of them constrains a data
@@ -172,9 +173,7 @@ def live_files(root: Path, version: int) -> dict[tuple[str, str], dict[str, Any]
                 files[_file_id(add)] = _clean(add)
         start = at + 1
     for number in range(start, version + 1):
-        for line in (log / f"{number:020d}.json").read_text().splitlines():
-            if not line.strip():
-                continue
+        for _n, line in json_lines((log / f"{number:020d}.json").read_text(encoding="utf-8")):
             action = json.loads(line)
             if "add" in action:
                 files[_file_id(action["add"])] = action["add"]
