@@ -50,7 +50,7 @@ STAGE_OF = {
     "sources": "sources",
     **dict.fromkeys(("decode", "payload", "routing", "exchange"), "decode"),
     "fold": "fold",
-    "apply": "apply",
+    **dict.fromkeys(("apply", "catalog"), "apply"),
     "engine": "engine",
     "commands": "commands",
 }

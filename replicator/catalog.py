@@ -1,0 +1,255 @@
+"""Mirrors (and history tables) registered as external Delta tables in Spark's session catalog, so that a
+downstream user reads ``spark.table("shop.orders")`` without knowing paths (docs/configuration.md,
+"Catalog").
+
+The registry (replicator.state) is the truth; the catalog follows it. After each batch, :meth:`Catalog.sync`
+compares the registry's live mirrors with what this process registered: an entry is created for a mirror
+that has none (``CREATE TABLE IF NOT EXISTS ... USING DELTA LOCATION``), and the entry of a table dropped or
+renamed away is dropped when it still points at that table's folder. Dropping an external table's entry
+leaves its files: the engine's own drop policy (schema_evolution) decides those. A restart checks each entry
+once and creates only what is missing, so nothing is registered twice.
+
+Names from messages reach the catalog only through :func:`replicator.paths.catalog_name` (letters, digits
+and ``_``) and are quoted with backticks besides. An entry that points at another folder than the mirror's
+(another table whose name maps to the same catalog name, or a table a user made) is never replaced: it is
+refused with a warning.
+
+The catalog is metadata beside the mirrors: a registration runs after the batch's mirrors and registry are
+committed, so a catalog that fails never changes a mirror. ``catalog.on_error`` decides what the batch does
+then: ``warn`` (default) logs and retries at the next batch, ``fail`` fails the batch (its restart skips the
+mirrors that hold it, exactly once, and registers again).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from replicator import paths
+from replicator.apply.history.table import SUFFIX as HISTORY_SUFFIX
+from replicator.apply.history.table import history_path
+from replicator.errors import CatalogFailed
+from replicator.logging import get_logger
+from replicator.model import table_label
+from replicator.sinks.base import sql_string
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from replicator.config import JobConfig
+    from replicator.model import TableId
+    from replicator.state import TableState
+
+log = get_logger("replicator.catalog")
+
+Entry = tuple[str, str]  # (catalog database, table): catalog identifiers (paths.catalog_name)
+
+
+def quote(name: str) -> str:
+    """A Spark SQL identifier: in backticks, a backtick doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def database_of(config: JobConfig, table: TableId) -> str:
+    """The catalog database of a table: the prefix, the source database (and schema, by ``naming``)."""
+    database, schema, _name = table
+    name = f"{database}_{schema}" if schema and config.catalog.naming == "database_schema" else database
+    return paths.catalog_name(config.catalog.database_prefix + name)
+
+
+def entries(config: JobConfig, state: TableState) -> list[tuple[Entry, str]]:
+    """The catalog entries of one registry table, with their locations: its mirror, and its history table
+    when the job keeps one (``catalog.history``)."""
+    database = database_of(config, state.id)
+    name = paths.catalog_name(state.table)
+    found = [((database, name), state.mirror)]
+    if config.catalog.history and config.tables.history_for(f"{state.database}.{state.table}"):
+        found.append(((database, name + HISTORY_SUFFIX), history_path(state.mirror)))
+    return found
+
+
+def same_location(stored: str, location: str) -> bool:
+    """Whether the catalog's location (``file:/x``, ``s3a://b/p/``) names the folder ``location``."""
+
+    def normal(text: str) -> str:
+        parsed = urlparse(text)
+        if parsed.scheme in ("", "file"):
+            return os.path.normpath(parsed.path if parsed.scheme else text)
+        scheme = "s3" if parsed.scheme in ("s3a", "s3n") else parsed.scheme
+        return f"{scheme}://{parsed.netloc}{os.path.normpath(parsed.path or '/')}"
+
+    return normal(stored) == normal(location)
+
+
+def is_delta(location: str) -> bool:
+    """Whether a Delta table is there yet (a table known only from DDL may have no mirror)."""
+    if "://" in location and not location.startswith("file:"):
+        from replicator.sinks.delta_rs import handle
+
+        try:
+            handle(location)
+        except Exception:
+            return False
+        return True
+    folder = urlparse(location).path if "://" in location else location
+    return os.path.isdir(os.path.join(folder, "_delta_log"))
+
+
+@dataclass
+class Synced:
+    """What one :meth:`Catalog.sync` did, as ``database.table`` names."""
+
+    registered: list[str] = field(default_factory=list)
+    present: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # one line each: the name and why
+    failed: list[str] = field(default_factory=list)  # one line each: the name and the catalog's error
+
+    def lines(self) -> list[str]:
+        return (
+            [f"registered {n}" for n in self.registered]
+            + [f"dropped {n}" for n in self.dropped]
+            + [f"refused {n}" for n in self.refused]
+            + [f"failed {n}" for n in self.failed]
+        )
+
+
+class Catalog:
+    """The job's catalog entries, kept in step with the registry by :meth:`sync` on the driver."""
+
+    def __init__(self, config: JobConfig, spark: SparkSession) -> None:
+        self.config = config
+        self.spark = spark
+        # What this process found or made: entry -> location (None: confirmed absent). Each entry is looked
+        # up in the catalog once per process, then only when the registry changes it.
+        self._known: dict[Entry, str | None] = {}
+        self._databases: set[str] = set()
+
+    def _check_session(self) -> None:
+        implementation = self.spark.conf.get("spark.sql.catalogImplementation", "in-memory")
+        if implementation != "hive":
+            raise CatalogFailed(
+                "catalog.enabled, but the Spark session was started without Hive support "
+                f"(spark.sql.catalogImplementation={implementation}): a session started before the job "
+                "(spark-submit) needs --conf spark.sql.catalogImplementation=hive and Delta Lake's catalog "
+                "(docs/configuration.md, Catalog)"
+            )
+
+    def location(self, entry: Entry) -> str | None:
+        """Where the catalog's entry points, None when there is none."""
+        database, table = entry
+        if not self.spark.catalog.databaseExists(database):
+            return None
+        if not self.spark.catalog.tableExists(table, database):
+            return None
+        rows = self.spark.sql(f"DESCRIBE TABLE EXTENDED {quote(database)}.{quote(table)}").collect()
+        for row in rows:
+            if row[0] == "Location":
+                return str(row[1])
+        return ""
+
+    def _register(self, entry: Entry, location: str) -> bool:
+        database, table = entry
+        if database not in self._databases:
+            self.spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote(database)}")
+            self._databases.add(database)
+        self.spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {quote(database)}.{quote(table)} USING DELTA "
+            f"LOCATION {sql_string(location)}"
+        )
+        return True
+
+    def sync(self, tables: Mapping[TableId, TableState], fail: bool | None = None) -> Synced:
+        """Bring the catalog in step with ``tables`` (the registry). ``fail``: raise :class:`CatalogFailed`
+        when an entry could not be made or dropped (default: ``catalog.on_error``)."""
+        from pyspark.errors import AnalysisException
+
+        done = Synced()
+        self._check_session()
+        wanted: dict[Entry, tuple[str, str]] = {}  # entry -> (location, the table's label)
+        gone: list[tuple[Entry, str, str]] = []
+        for state in sorted(tables.values(), key=lambda s: table_label(s.id)):
+            try:
+                found = entries(self.config, state)
+            except paths.UnmappableName as exc:
+                done.refused.append(f"{table_label(state.id)}: {exc}")
+                continue
+            for entry, location in found:
+                if state.dropped:
+                    gone.append((entry, location, table_label(state.id)))
+                elif entry in wanted and not same_location(wanted[entry][0], location):
+                    done.refused.append(
+                        f"{'.'.join(entry)} ({table_label(state.id)}): the name is taken by "
+                        f"{wanted[entry][1]} in this job"
+                    )
+                else:
+                    wanted.setdefault(entry, (location, table_label(state.id)))
+        stopped: BaseException | None = None
+        # Entries of tables dropped or renamed away first: a new table may take the name.
+        for entry, location, label in gone:
+            if entry in self._known and self._known[entry] is None:
+                continue
+            if entry in wanted and same_location(wanted[entry][0], location):
+                continue
+            try:
+                stored = self.location(entry)
+                if stored is not None and same_location(stored, location):
+                    self.spark.sql(f"DROP TABLE IF EXISTS {quote(entry[0])}.{quote(entry[1])}")
+                    done.dropped.append(".".join(entry))
+                    log.info("catalog entry dropped", entry=".".join(entry), table=label)
+                self._known[entry] = None if stored is None or same_location(stored, location) else stored
+            except AnalysisException as exc:
+                done.failed.append(f"{'.'.join(entry)} ({label}): {_first_line(exc)}")
+            except Exception as exc:  # the catalog itself (its metastore down): the rest waits
+                stopped = exc
+                break
+        for entry, (location, label) in wanted.items():
+            if stopped is not None:
+                done.failed.append(f"{'.'.join(entry)} ({label}): not tried after the catalog failed")
+                continue
+            if self._known.get(entry) == location:
+                continue
+            name = ".".join(entry)
+            try:
+                if not is_delta(location):
+                    continue  # no mirror yet (a table known from DDL only): registered once it has one
+                stored = self.location(entry)
+                if stored is None:
+                    self._register(entry, location)
+                    done.registered.append(name)
+                    log.info("catalog entry registered", entry=name, table=label, location=location)
+                elif same_location(stored, location):
+                    done.present.append(name)
+                else:
+                    done.refused.append(
+                        f"{name} ({label}): the catalog's entry points at {stored}, not at the mirror "
+                        f"{location}; left as it is"
+                    )
+                self._known[entry] = location
+            except AnalysisException as exc:
+                done.failed.append(f"{name} ({label}): {_first_line(exc)}")
+            except Exception as exc:
+                stopped = exc
+                done.failed.append(f"{name} ({label}): {_first_line(exc)}")
+        for line in done.refused:
+            log.warning("catalog entry refused", detail=line)
+        if done.failed:
+            log.warning("catalog entries not made (tried again at the next batch)", failed=done.failed[:20])
+            if self.config.catalog.on_error == "fail" if fail is None else fail:
+                raise CatalogFailed(f"catalog: {len(done.failed)} entries not made: {done.failed[0]}") from (
+                    stopped
+                )
+        return done
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines() or [type(exc).__name__])[0][:300]
+
+
+def sync_all(config: JobConfig, spark: SparkSession, tables: Iterable[TableState]) -> Synced:
+    """Register every mirror the registry owns (``replicator catalog sync``); fails on any entry not made."""
+    return Catalog(config, spark).sync({t.id: t for t in tables}, fail=True)
