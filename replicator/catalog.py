@@ -138,18 +138,29 @@ class Catalog:
                 "(docs/configuration.md, Catalog)"
             )
 
+    def _external(self):  # type: ignore[no-untyped-def]
+        """Spark's external catalog (the metastore): entries read and dropped without loading the Delta
+        table they point at, which may be gone (a renamed mirror's old folder)."""
+        return self.spark._jsparkSession.sessionState().catalog().externalCatalog()  # type: ignore[attr-defined]
+
     def location(self, entry: Entry) -> str | None:
         """Where the catalog's entry points, None when there is none."""
         database, table = entry
-        if not self.spark.catalog.databaseExists(database):
+        external = self._external()
+        if not external.databaseExists(database) or not external.tableExists(database, table):
             return None
-        if not self.spark.catalog.tableExists(table, database):
-            return None
-        rows = self.spark.sql(f"DESCRIBE TABLE EXTENDED {quote(database)}.{quote(table)}").collect()
-        for row in rows:
-            if row[0] == "Location":
-                return str(row[1])
-        return ""
+        found = external.getTable(database, table)
+        location = found.storage().locationUri()
+        return str(location.get().toString()) if location.isDefined() else ""
+
+    def _drop(self, entry: Entry) -> None:
+        """Remove an external table's entry; its files stay (the engine's drop policy decides those)."""
+        database, table = entry
+        external = self._external()
+        kind = str(external.getTable(database, table).tableType().name())
+        if kind != "EXTERNAL":
+            raise ValueError(f"the entry is a {kind} table, not an external one: left as it is")
+        external.dropTable(database, table, True, False)  # ignoreIfNotExists, no purge
 
     def _register(self, entry: Entry, location: str) -> bool:
         database, table = entry
@@ -197,11 +208,11 @@ class Catalog:
             try:
                 stored = self.location(entry)
                 if stored is not None and same_location(stored, location):
-                    self.spark.sql(f"DROP TABLE IF EXISTS {quote(entry[0])}.{quote(entry[1])}")
+                    self._drop(entry)
                     done.dropped.append(".".join(entry))
                     log.info("catalog entry dropped", entry=".".join(entry), table=label)
                 self._known[entry] = None if stored is None or same_location(stored, location) else stored
-            except AnalysisException as exc:
+            except (AnalysisException, ValueError) as exc:
                 done.failed.append(f"{'.'.join(entry)} ({label}): {_first_line(exc)}")
             except Exception as exc:  # the catalog itself (its metastore down): the rest waits
                 stopped = exc
@@ -246,8 +257,10 @@ class Catalog:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines() or [type(exc).__name__])[0][:300]
+    """The error's message: for one from the JVM, its exception's line rather than py4j's preamble."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    java = [line.lstrip(": ") for line in lines if line.startswith(": ")]
+    return (java or lines or [type(exc).__name__])[0][:300]
 
 
 def sync_all(config: JobConfig, spark: SparkSession, tables: Iterable[TableState]) -> Synced:

@@ -23,7 +23,7 @@ T = 1_700_000_000_000
 WEIRD = "we`ird.na me"  # a backtick, a dot and a space
 
 
-# ---- names and settings (no Spark) -------------------------------------------------------------------------
+# ---- names and settings (no Spark) ------------------------------------------------------------------------
 @given(st.text(min_size=1, max_size=300))
 def test_any_name_maps_to_a_catalog_identifier(name):
     mapped = paths.catalog_name(name)
@@ -73,7 +73,7 @@ def test_locations_compare_as_the_metastore_writes_them():
     assert not same_location("file:/tmp/lake/shop/orders", "/tmp/lake/shop/orders2")
 
 
-# ---- a catalog that cannot be used: the mirror is committed all the same -------------------------------------
+# ---- a catalog that cannot be used: the mirror is committed all the same -----------------------------------
 @pytest.mark.parametrize("on_error", ["warn", "fail"])
 def test_a_catalog_that_fails_leaves_the_mirror_committed(spark, tmp_path, on_error):
     """The shared test session has no Hive support: the catalog cannot be used. ``warn`` applies the batch;
@@ -93,7 +93,7 @@ def test_a_catalog_that_fails_leaves_the_mirror_committed(spark, tmp_path, on_er
     assert [r["id"] for r in runner.mirror()] == [1, 2]
 
 
-# ---- the whole way: the CLI registers, another process reads -------------------------------------------------
+# ---- the whole way: the CLI registers, another process reads -----------------------------------------------
 READER = """
 import json, sys
 from pyspark.sql import SparkSession
