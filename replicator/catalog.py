@@ -127,6 +127,7 @@ class Catalog:
         # up in the catalog once per process, then only when the registry changes it.
         self._known: dict[Entry, str | None] = {}
         self._databases: set[str] = set()
+        self._refusals: set[str] = set()  # logged once per process (a refusal stands until names change)
 
     def _check_session(self) -> None:
         implementation = self.spark.conf.get("spark.sql.catalogImplementation", "in-memory")
@@ -180,7 +181,7 @@ class Catalog:
 
         done = Synced()
         self._check_session()
-        wanted: dict[Entry, tuple[str, str]] = {}  # entry -> (location, the table's label)
+        wanted: dict[Entry, list[tuple[str, str]]] = {}  # entry -> [(location, the table's label)]
         gone: list[tuple[Entry, str, str]] = []
         for state in sorted(tables.values(), key=lambda s: table_label(s.id)):
             try:
@@ -191,19 +192,14 @@ class Catalog:
             for entry, location in found:
                 if state.dropped:
                     gone.append((entry, location, table_label(state.id)))
-                elif entry in wanted and not same_location(wanted[entry][0], location):
-                    done.refused.append(
-                        f"{'.'.join(entry)} ({table_label(state.id)}): the name is taken by "
-                        f"{wanted[entry][1]} in this job"
-                    )
-                else:
-                    wanted.setdefault(entry, (location, table_label(state.id)))
+                else:  # several: names that meet in the catalog (Orders, orders); one keeps the entry
+                    wanted.setdefault(entry, []).append((location, table_label(state.id)))
         stopped: BaseException | None = None
         # Entries of tables dropped or renamed away first: a new table may take the name.
         for entry, location, label in gone:
             if entry in self._known and self._known[entry] is None:
                 continue
-            if entry in wanted and same_location(wanted[entry][0], location):
+            if any(same_location(other, location) for other, _ in wanted.get(entry, [])):
                 continue
             try:
                 stored = self.location(entry)
@@ -217,36 +213,53 @@ class Catalog:
             except Exception as exc:  # the catalog itself (its metastore down): the rest waits
                 stopped = exc
                 break
-        for entry, (location, label) in wanted.items():
-            if stopped is not None:
-                done.failed.append(f"{'.'.join(entry)} ({label}): not tried after the catalog failed")
-                continue
-            if self._known.get(entry) == location:
-                continue
+        for entry, candidates in wanted.items():
             name = ".".join(entry)
+            if stopped is not None:
+                done.failed += [f"{name} ({label}): not tried, the catalog failed" for _, label in candidates]
+                continue
+            known = self._known.get(entry)
+            holder = next((c for c in candidates if known is not None and same_location(known, c[0])), None)
             try:
-                if not is_delta(location):
-                    continue  # no mirror yet (a table known from DDL only): registered once it has one
-                stored = self.location(entry)
-                if stored is None:
-                    self._register(entry, location)
-                    done.registered.append(name)
-                    log.info("catalog entry registered", entry=name, table=label, location=location)
-                elif same_location(stored, location):
-                    done.present.append(name)
-                else:
-                    done.refused.append(
-                        f"{name} ({label}): the catalog's entry points at {stored}, not at the mirror "
-                        f"{location}; left as it is"
-                    )
-                self._known[entry] = location
+                if holder is None:
+                    # no mirror yet (a table known from DDL only): registered once it has one
+                    ready = [c for c in candidates if is_delta(c[0])]
+                    if not ready:
+                        continue
+                    stored = self.location(entry)
+                    holder = next((c for c in ready if stored and same_location(stored, c[0])), None)
+                    if stored is None:
+                        holder = ready[0]
+                        self._register(entry, holder[0])
+                        done.registered.append(name)
+                        log.info("catalog entry registered", entry=name, table=holder[1], location=holder[0])
+                    elif holder is not None:
+                        done.present.append(name)
+                    else:
+                        done.refused += [
+                            f"{name} ({label}): the catalog's entry points at {stored}, not at the mirror "
+                            f"{location}; left as it is"
+                            for location, label in ready
+                        ]
+                        self._known[entry] = stored
+                        continue
+                    self._known[entry] = holder[0]
             except AnalysisException as exc:
-                done.failed.append(f"{name} ({label}): {_first_line(exc)}")
+                done.failed.append(f"{name} ({candidates[0][1]}): {_first_line(exc)}")
+                continue
             except Exception as exc:
                 stopped = exc
-                done.failed.append(f"{name} ({label}): {_first_line(exc)}")
+                done.failed.append(f"{name} ({candidates[0][1]}): {_first_line(exc)}")
+                continue
+            done.refused += [
+                f"{name} ({label}): the name is {holder[1]}'s entry; {label} is not registered"
+                for location, label in candidates
+                if location != holder[0]
+            ]
         for line in done.refused:
-            log.warning("catalog entry refused", detail=line)
+            if line not in self._refusals:
+                self._refusals.add(line)
+                log.warning("catalog entry refused", detail=line)
         if done.failed:
             log.warning("catalog entries not made (tried again at the next batch)", failed=done.failed[:20])
             if self.config.catalog.on_error == "fail" if fail is None else fail:

@@ -180,6 +180,8 @@ def test_mirrors_are_readable_by_name_from_another_spark_process(tmp_path):
             ddl("RENAME", "RENAME TABLE `customers` TO `clients`", es=T + 11, table="clients"),
             canal("INSERT", [{"id": "8", "name": "e"}], es=T + 12, table="clients", types=customer),
             ddl("ERASE", "DROP TABLE `audit`", es=T + 13, table="audit"),
+            # Another table whose name meets shop.orders in the catalog: refused, never registered over it.
+            canal("INSERT", [order(99, "z")], es=T + 14, table="Orders"),
         ],
     )
     second = cli("--log-level", "INFO", "mirror", "--config", str(config), "--available-now")
@@ -189,6 +191,10 @@ def test_mirrors_are_readable_by_name_from_another_spark_process(tmp_path):
     dropped = [json.loads(x)["entry"] for x in second.stderr.splitlines() if "catalog entry dropped" in x]
     assert sorted(dropped) == ["shop.audit", "shop.customers"]
     assert (tmp_path / "lake" / "shop" / "audit" / "_delta_log").is_dir()  # lenient drop: files kept
+    refused = [json.loads(x)["detail"] for x in second.stderr.splitlines() if "catalog entry refused" in x]
+    assert refused == [
+        "shop.orders (shop.Orders): the name is shop.orders's entry; shop.Orders is not registered"
+    ]
 
     reader = tmp_path / "reader.py"
     reader.write_text(textwrap.dedent(READER), encoding="utf-8")
@@ -212,5 +218,5 @@ def test_mirrors_are_readable_by_name_from_another_spark_process(tmp_path):
     # Turned on later, or after a failed sync: the command registers what is missing, here nothing.
     synced = cli("catalog", "sync", "--config", str(config))
     assert synced.returncode == 0, synced.stderr[-3000:]
-    assert synced.stdout.splitlines()[-1] == "catalog: 0 registered, 4 already there, 0 dropped, 0 refused"
+    assert synced.stdout.splitlines()[-1] == "catalog: 0 registered, 4 already there, 0 dropped, 1 refused"
     assert not (Path(__file__).resolve().parent.parent / "derby.log").exists()
