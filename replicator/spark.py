@@ -220,7 +220,7 @@ def _derby_log(spark: SparkSession, metastore: Path | None) -> None:
     if metastore is None:
         return
     Path(metastore).mkdir(parents=True, exist_ok=True)
-    system = spark._jvm.java.lang.System  # type: ignore[attr-defined]
+    system = spark._jvm.java.lang.System  # type: ignore[attr-defined,union-attr]
     if system.getProperty("derby.stream.error.file") is None:
         system.setProperty("derby.stream.error.file", str(Path(metastore) / "derby.log"))
 

@@ -66,6 +66,13 @@ def test_the_job_file_section(tmp_path):
         job(tmp_path, catalog={"enabled": True, "database_prefix": "x`; DROP"})
 
 
+def test_catalog_sync_without_a_catalog_is_refused_before_spark_starts(tmp_path):
+    (tmp_path / "landing").mkdir()
+    result = cli("catalog", "sync", "--config", str(job_file(tmp_path)))
+    assert result.returncode == 2
+    assert "catalog.enabled is not true" in result.stderr
+
+
 def test_locations_compare_as_the_metastore_writes_them():
     assert same_location("file:/tmp/lake/shop/orders", "/tmp/lake/shop/orders")
     assert same_location("file:///tmp/lake/shop/orders/", "/tmp/lake/shop/./orders")
