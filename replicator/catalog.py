@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 log = get_logger("replicator.catalog")
 
 Entry = tuple[str, str]  # (catalog database, table): catalog identifiers (paths.catalog_name)
+Wanted = dict[Entry, list[tuple[str, str]]]  # entry -> [(a live mirror's location, its table's label)]
+Gone = tuple[Entry, str, str]  # a dropped table's entry, its location, its label
 
 
 def quote(name: str) -> str:
@@ -177,42 +179,74 @@ class Catalog:
     def sync(self, tables: Mapping[TableId, TableState], fail: bool | None = None) -> Synced:
         """Bring the catalog in step with ``tables`` (the registry). ``fail``: raise :class:`CatalogFailed`
         when an entry could not be made or dropped (default: ``catalog.on_error``)."""
-        from pyspark.errors import AnalysisException
-
         done = Synced()
         self._check_session()
-        wanted: dict[Entry, list[tuple[str, str]]] = {}  # entry -> [(location, the table's label)]
-        gone: list[tuple[Entry, str, str]] = []
+        wanted, gone = self._plan(tables, done)
+        # Entries of tables dropped or renamed away first: a new table may take the name.
+        stopped = self._drop_gone(gone, wanted, done)
+        stopped = self._register_wanted(wanted, done, stopped)
+        for line in done.refused:
+            if line not in self._refusals:
+                self._refusals.add(line)
+                log.warning("catalog entry refused", detail=line)
+        if done.failed:
+            log.warning("catalog entries not made (tried again at the next batch)", failed=done.failed[:20])
+            if self.config.catalog.on_error == "fail" if fail is None else fail:
+                raise CatalogFailed(f"catalog: {len(done.failed)} entries not made: {done.failed[0]}") from (
+                    stopped
+                )
+        return done
+
+    def _plan(self, tables: Mapping[TableId, TableState], done: Synced) -> tuple[Wanted, list[Gone]]:
+        """The entries the live tables want (several for one entry: names that meet in the catalog, such
+        as ``Orders`` and ``orders``; one keeps it) and those of tables dropped or renamed away."""
+        wanted: Wanted = {}
+        gone: list[Gone] = []
         for state in sorted(tables.values(), key=lambda s: table_label(s.id)):
+            label = table_label(state.id)
             try:
                 found = entries(self.config, state)
             except paths.UnmappableName as exc:
-                done.refused.append(f"{table_label(state.id)}: {exc}")
+                done.refused.append(f"{label}: {exc}")
                 continue
             for entry, location in found:
                 if state.dropped:
-                    gone.append((entry, location, table_label(state.id)))
-                else:  # several: names that meet in the catalog (Orders, orders); one keeps the entry
-                    wanted.setdefault(entry, []).append((location, table_label(state.id)))
-        stopped: BaseException | None = None
-        # Entries of tables dropped or renamed away first: a new table may take the name.
+                    gone.append((entry, location, label))
+                else:
+                    wanted.setdefault(entry, []).append((location, label))
+        return wanted, gone
+
+    def _drop_gone(self, gone: list[Gone], wanted: Wanted, done: Synced) -> BaseException | None:
+        """Drop the entries that still point at a gone table's folder; returns the error that stopped it
+        (the catalog itself failing: the rest waits for the next sync)."""
+        from pyspark.errors import AnalysisException
+
         for entry, location, label in gone:
             if entry in self._known and self._known[entry] is None:
                 continue
             if any(same_location(other, location) for other, _ in wanted.get(entry, [])):
                 continue
+            name = ".".join(entry)
             try:
                 stored = self.location(entry)
                 if stored is not None and same_location(stored, location):
                     self._drop(entry)
-                    done.dropped.append(".".join(entry))
-                    log.info("catalog entry dropped", entry=".".join(entry), table=label)
+                    done.dropped.append(name)
+                    log.info("catalog entry dropped", entry=name, table=label)
                 self._known[entry] = None if stored is None or same_location(stored, location) else stored
             except (AnalysisException, ValueError) as exc:
-                done.failed.append(f"{'.'.join(entry)} ({label}): {_first_line(exc)}")
-            except Exception as exc:  # the catalog itself (its metastore down): the rest waits
-                stopped = exc
-                break
+                done.failed.append(f"{name} ({label}): {_first_line(exc)}")
+            except Exception as exc:
+                done.failed.append(f"{name} ({label}): {_first_line(exc)}")
+                return exc
+        return None
+
+    def _register_wanted(
+        self, wanted: Wanted, done: Synced, stopped: BaseException | None
+    ) -> BaseException | None:
+        """Register each live mirror that has no entry yet; returns the error that stopped it."""
+        from pyspark.errors import AnalysisException
+
         for entry, candidates in wanted.items():
             name = ".".join(entry)
             if stopped is not None:
@@ -222,28 +256,9 @@ class Catalog:
             holder = next((c for c in candidates if known is not None and same_location(known, c[0])), None)
             try:
                 if holder is None:
-                    # no mirror yet (a table known from DDL only): registered once it has one
-                    ready = [c for c in candidates if is_delta(c[0])]
-                    if not ready:
+                    holder = self._claim(entry, candidates, done)
+                    if holder is None:
                         continue
-                    stored = self.location(entry)
-                    holder = next((c for c in ready if stored and same_location(stored, c[0])), None)
-                    if stored is None:
-                        holder = ready[0]
-                        self._register(entry, holder[0])
-                        done.registered.append(name)
-                        log.info("catalog entry registered", entry=name, table=holder[1], location=holder[0])
-                    elif holder is not None:
-                        done.present.append(name)
-                    else:
-                        done.refused += [
-                            f"{name} ({label}): the catalog's entry points at {stored}, not at the mirror "
-                            f"{location}; left as it is"
-                            for location, label in ready
-                        ]
-                        self._known[entry] = stored
-                        continue
-                    self._known[entry] = holder[0]
             except AnalysisException as exc:
                 done.failed.append(f"{name} ({candidates[0][1]}): {_first_line(exc)}")
                 continue
@@ -256,17 +271,34 @@ class Catalog:
                 for location, label in candidates
                 if location != holder[0]
             ]
-        for line in done.refused:
-            if line not in self._refusals:
-                self._refusals.add(line)
-                log.warning("catalog entry refused", detail=line)
-        if done.failed:
-            log.warning("catalog entries not made (tried again at the next batch)", failed=done.failed[:20])
-            if self.config.catalog.on_error == "fail" if fail is None else fail:
-                raise CatalogFailed(f"catalog: {len(done.failed)} entries not made: {done.failed[0]}") from (
-                    stopped
-                )
-        return done
+        return stopped
+
+    def _claim(self, entry: Entry, candidates: list[tuple[str, str]], done: Synced) -> tuple[str, str] | None:
+        """Which candidate holds the entry: the one it points at, else the first, registered now; None when
+        no candidate has a mirror yet (a table known from DDL only) or the entry points elsewhere."""
+        name = ".".join(entry)
+        ready = [c for c in candidates if is_delta(c[0])]
+        if not ready:
+            return None
+        stored = self.location(entry)
+        holder = next((c for c in ready if stored and same_location(stored, c[0])), None)
+        if stored is None:
+            holder = ready[0]
+            self._register(entry, holder[0])
+            done.registered.append(name)
+            log.info("catalog entry registered", entry=name, table=holder[1], location=holder[0])
+        elif holder is not None:
+            done.present.append(name)
+        else:
+            done.refused += [
+                f"{name} ({label}): the catalog's entry points at {stored}, not at the mirror {location}; "
+                "left as it is"
+                for location, label in ready
+            ]
+            self._known[entry] = stored
+            return None
+        self._known[entry] = holder[0]
+        return holder
 
 
 def _first_line(exc: BaseException) -> str:
