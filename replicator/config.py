@@ -351,6 +351,60 @@ class MetricsConfig(_Model):
     host: str = Field(default="127.0.0.1", description="the address it listens on (loopback by default)")
 
 
+class CatalogConfig(_Model):
+    """Mirrors (and history tables) registered as external Delta tables in Spark's session catalog, so that
+    ``SELECT * FROM shop.orders`` finds them without their paths (docs/configuration.md, "Catalog")."""
+
+    enabled: bool = Field(default=False, description="register each mirror (and history table) the job writes")
+    database_prefix: str = Field(
+        default="", pattern=r"^[A-Za-z0-9_]*$", description="put before each catalog database's name"
+    )
+    naming: Literal["database_schema", "database"] = Field(
+        default="database_schema",
+        description="the catalog database of a table with a source schema: <database>_<schema>, or "
+        "<database> alone (tables of two schemas may then collide: the second is refused)",
+    )
+    metastore: Path | None = Field(
+        default=None, description="the embedded Derby metastore's folder (default: <state.path>/metastore)"
+    )
+    metastore_uri: str | None = Field(
+        default=None, description="a Hive metastore service (thrift://host:9083) instead of the embedded one"
+    )
+    warehouse: str | None = Field(
+        default=None, description="spark.sql.warehouse.dir (default: <state.path>/warehouse)"
+    )
+    history: bool = Field(default=True, description="register history tables too (<table>__history)")
+    on_error: Literal["warn", "fail"] = Field(
+        default="warn",
+        description="a catalog that cannot be reached or refuses an entry: log a warning and retry at the "
+        "next batch (warn), or fail the batch after its mirrors are committed (fail)",
+    )
+
+    @field_validator("metastore")
+    @classmethod
+    def _jdbc_safe(cls, value: Path | None) -> Path | None:
+        # The folder goes into Derby's JDBC URL, whose attributes ';' separates.
+        if value is not None and ";" in str(value):
+            raise ValueError("a metastore folder whose name holds ';' cannot be given to Derby")
+        return value
+
+    def spark_settings(self) -> dict[str, str]:
+        """What a session needs to hold the catalog: Spark's Hive support, with the embedded Derby metastore
+        in ``metastore`` or the service at ``metastore_uri`` (static: read when the session starts;
+        replicator.spark.jar_settings adds Delta Lake's catalog)."""
+        if not self.enabled:
+            return {}
+        settings = {"spark.sql.catalogImplementation": "hive"}
+        if self.warehouse:
+            settings["spark.sql.warehouse.dir"] = self.warehouse
+        if self.metastore_uri:
+            settings["spark.hadoop.hive.metastore.uris"] = self.metastore_uri
+        elif self.metastore is not None:
+            url = f"jdbc:derby:;databaseName={self.metastore / 'metastore_db'};create=true"
+            settings["spark.hadoop.javax.jdo.option.ConnectionURL"] = url
+        return settings
+
+
 class SparkConfig(_Model):
     master: str | None = Field(
         default=None,
@@ -396,6 +450,9 @@ class JobConfig(_Model):
     metrics: MetricsConfig | None = Field(
         default=None, description="serve /metrics for Prometheus (off unless set)"
     )
+    catalog: CatalogConfig = Field(
+        default=CatalogConfig(), description="register mirrors in Spark's session catalog (off unless enabled)"
+    )
     config_file: Path | None = Field(default=None, exclude=True)
 
     def schema_policy(self, name: str) -> SchemaPolicy:
@@ -425,13 +482,31 @@ class JobConfig(_Model):
         source = self.source.model_copy(
             update={"path": fix(self.source.path), "avro_schema": fix(self.source.avro_schema)}
         )
+        catalog = self.catalog
+        if catalog.enabled:
+            state = fix(self.state.path)
+            assert state is not None
+            catalog = catalog.model_copy(
+                update={
+                    "metastore": fix(catalog.metastore) or state / "metastore",
+                    "warehouse": _location(catalog.warehouse, base) or str(state / "warehouse"),
+                }
+            )
         return self.model_copy(
             update={
+                "catalog": catalog,
                 "source": source,
                 "target": self.target.model_copy(update={"path": fix(self.target.path)}),
                 "state": self.state.model_copy(update={"path": fix(self.state.path)}),
             }
         )
+
+
+def _location(text: str | None, base: Path) -> str | None:
+    """A folder or a URI (``s3://...``) from the job file: a relative folder resolves against ``base``."""
+    if text is None or "://" in text or Path(text).is_absolute():
+        return text
+    return str((base / text).resolve())
 
 
 def _key_path(loc: tuple[int | str, ...]) -> str:

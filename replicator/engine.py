@@ -69,6 +69,7 @@ from replicator.state import DEAD_LETTER_SCHEMA, BatchSummary, State, TableState
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from replicator.catalog import Catalog
     from replicator.sinks.base import MirrorWriter
 
 log = get_logger("replicator.engine")
@@ -150,11 +151,29 @@ class Engine:
         # Where the executors leave a batch's large results for the driver (payload.to_files): a folder of
         # this engine's own, since a `dead-letters retry` may run beside the mirror job on one state; a
         # folder per batch inside it, as one batch is applied while the next is decoded.
+        self._catalog: Catalog | None = None  # replicator.catalog, made at the first sync
         self._spill = str(Path(config.state.path) / "tmp" / f"batch-{uuid.uuid4().hex}")
         _clear_stale(Path(config.state.path) / "tmp")
         # A state whose registry names mirrors outside target.path (another job folder's) stops the job
         # here, before anything is written (State._loaded).
         self.state.tables()
+
+    def sync_catalog(self) -> None:
+        """The catalog's entries in step with the registry (replicator.catalog), when the job file asks:
+        after the batch's mirrors and registry are committed, so a catalog that fails changes no mirror."""
+        if not self.config.catalog.enabled:
+            return
+        from replicator.catalog import Catalog
+        from replicator.errors import CatalogFailed
+
+        try:
+            if self._catalog is None:
+                self._catalog = Catalog(self.config, _spark())
+            self._catalog.sync(self.state.tables())
+        except CatalogFailed as exc:
+            if self.config.catalog.on_error == "fail":
+                raise
+            log.warning("catalog not in step with the mirrors (tried again next batch)", error=str(exc))
 
     def mirror_path(self, table: TableId) -> Path:
         """The folder of a table's mirror: target.path / its names encoded (replicator.paths)."""
@@ -440,6 +459,7 @@ class Engine:
             self._record(work, results, dead_rows)
         finally:
             _clear(batch.plan.spill)
+        self.sync_catalog()
         if work.started is not None:
             summary.duration_ms = int((time.monotonic() - work.started) * 1000)
             if batch.plan.source == "kafka":

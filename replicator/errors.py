@@ -24,3 +24,8 @@ class JobRunning(RuntimeError):
 class StateDamaged(RuntimeError):
     """A file of the job's state or of a mirror cannot be used as it is (truncated, deleted): the message
     names the file and how to recover (docs/operations.md, "Recovering from damaged state")."""
+
+
+class CatalogFailed(RuntimeError):
+    """``catalog.on_error: fail`` (or ``replicator catalog sync``): a catalog entry could not be made or
+    dropped; the mirrors are committed and unchanged, the message names the entry and the catalog's error."""

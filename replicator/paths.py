@@ -127,6 +127,36 @@ def mappable(table: TableId) -> str | None:
     return None
 
 
+# Spark's session catalog with a Hive metastore takes names of ASCII letters, digits and ``_`` only, and
+# keeps them in lower case (Spark's error INVALID_SCHEMA_OR_RELATION_NAME; Hive's metastore folds case).
+CATALOG_SAFE = frozenset(string.ascii_lowercase + string.digits + "_")
+CATALOG_MAX = 128  # the Hive metastore's column for a table's name is 128 characters (TBLS.TBL_NAME)
+
+
+def catalog_name(name: str | None) -> str:
+    """``name`` as a catalog identifier: lower case as it is when it has only letters, digits and ``_``;
+    else its letters and digits, ``_`` for each run of anything else, and ``_`` and 8 hex digits of the
+    name's hash, so that two names differing in what was replaced stay apart (``a.b`` and ``a b``). Names
+    that still meet (``Orders`` and ``orders``) are kept apart by the catalog's own check: an entry that
+    points at another table's folder is never replaced (replicator.catalog). Raises
+    :class:`UnmappableName` for None or an empty name."""
+    if not isinstance(name, str) or not name:
+        raise UnmappableName(f"the name {name!r} cannot name a catalog table (empty)")
+    lower = name.lower()
+    if set(lower) <= CATALOG_SAFE and len(lower) <= CATALOG_MAX:
+        return lower
+    text, gap = [], False
+    for ch in lower:
+        if ch in CATALOG_SAFE:
+            text.append(ch)
+            gap = False
+        elif not gap:
+            text.append("_")
+            gap = True
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{''.join(text).strip('_')[: CATALOG_MAX - 9]}_{digest}"
+
+
 def description(table: TableId) -> str:
     """A mirror's Delta description: its real names (the folder holds them encoded), as JSON."""
     import json
@@ -196,6 +226,7 @@ __all__ = [
     "UnmappableName",
     "UnsafePath",
     "beside",
+    "catalog_name",
     "component",
     "description",
     "ensure_inside",

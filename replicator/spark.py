@@ -153,6 +153,8 @@ def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> 
         _driver_loads(spark, extras["spark.jars"].split(","))
     for key, value in REQUIRED.items():
         spark.conf.set(key, value)
+    if config is not None and config.catalog.enabled and not config.catalog.metastore_uri:
+        _derby_log(spark, config.catalog.metastore)
     if not submitted:
         spark.sparkContext.setLogLevel("ERROR")
         if (spark.sparkContext.master or "").startswith("local"):
@@ -176,16 +178,19 @@ JARS_ENV = "REPLICATOR_SPARK_JARS"  # "all": every session gets the Kafka connec
 
 def jar_settings(config: JobConfig | None) -> dict[str, str]:
     """The jars (``replicator.jars``) and settings a job's session needs beyond pyspark: the Kafka connector
-    for a Kafka source, Delta Lake for Spark for the delta-spark writer. The embedded default (files source,
-    delta-rs writer) needs none, and its start does not pay for them."""
+    for a Kafka source, Delta Lake for Spark for the delta-spark writer and for the catalog (with Spark's Hive
+    support: ``catalog.enabled``). The embedded default (files source, delta-rs writer) needs none, and its
+    start does not pay for them."""
     everything = os.environ.get(JARS_ENV) == "all"
+    catalog = config is not None and config.catalog.enabled
     kafka = everything or (config is not None and config.source.type == "kafka")
-    delta = everything or (config is not None and config.target.writer == "delta-spark")
+    delta = everything or catalog or (config is not None and config.target.writer == "delta-spark")
     if not (kafka or delta):
         return {}
     from replicator import jars
 
-    return {**jars.spark_settings(), **(DELTA_SPARK if delta else {})}
+    hive = config.catalog.spark_settings() if catalog and config is not None else {}
+    return {**jars.spark_settings(), **(DELTA_SPARK if delta else {}), **hive}
 
 
 def _driver_loads(spark: SparkSession, jars: list[str]) -> None:
@@ -207,6 +212,17 @@ def _driver_loads(spark: SparkSession, jars: list[str]) -> None:
             loader=str(loader.getClass().getName()),
             error=str(exc)[:200],
         )
+
+
+def _derby_log(spark: SparkSession, metastore: Path | None) -> None:
+    """The embedded metastore's Derby writes its log (derby.log) into the working folder unless told: into
+    the metastore's folder instead. Read when Derby starts, at the catalog's first use (after this)."""
+    if metastore is None:
+        return
+    Path(metastore).mkdir(parents=True, exist_ok=True)
+    system = spark._jvm.java.lang.System  # type: ignore[attr-defined,union-attr]
+    if system.getProperty("derby.stream.error.file") is None:
+        system.setProperty("derby.stream.error.file", str(Path(metastore) / "derby.log"))
 
 
 def _unset(settings: dict[str, str]) -> dict[str, str]:

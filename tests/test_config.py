@@ -50,7 +50,10 @@ def test_minimum_job_file_and_relative_paths(tmp_path):
         (GOOD.replace("type: files", "type: ftp"), "source.type: Input should be 'files' or 'kafka'"),
         (GOOD + "trigger:\n  interval: soon\n", "trigger.interval: Value error, expected a duration"),
         (GOOD + "on_error: explode\n", "on_error: Input should be 'dead_letter' or 'fail'"),
-        (GOOD + "unknown_key: 1\n", "unknown_key: unknown key; expected one of changelog, dead_tables"),
+        (
+            GOOD + "unknown_key: 1\n",
+            "unknown_key: unknown key; expected one of catalog, changelog, dead_tables",
+        ),
         (
             GOOD.replace("source:\n  type: files\n", "source:\n  type: files\n  timezone: Mars/Base\n"),
             "source.timezone: Value error, unknown time zone 'Mars/Base'",

@@ -51,7 +51,7 @@ STAGE_OF = {
     **dict.fromkeys(("sources", "kafka_topics"), "sources"),
     **dict.fromkeys(("decode", "payload", "routing", "exchange"), "decode"),
     "fold": "fold",
-    "apply": "apply",
+    **dict.fromkeys(("apply", "catalog"), "apply"),
     "engine": "engine",
     "commands": "commands",
 }

@@ -341,7 +341,9 @@ def load_messages(
     from replicator.engine import Engine
     from replicator.sources import file_list
 
-    engine = Engine(config.model_copy(update={"name": app_id(config)}))
+    # The catalog is the mirror job's: its start registers what the bootstrap made (docs: "Catalog").
+    catalog = config.catalog.model_copy(update={"enabled": False})
+    engine = Engine(config.model_copy(update={"name": app_id(config), "catalog": catalog}))
     before = engine.state.tables()
     for batch_id, start in enumerate(range(0, len(files), files_per_batch)):
         chunk = files[start : start + files_per_batch]

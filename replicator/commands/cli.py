@@ -1,5 +1,5 @@
-"""The ``replicator`` command: mirror, bootstrap, replay, repair, optimize, decode, status, dead-letters,
-show, jvm-archive."""
+"""The ``replicator`` command: mirror, bootstrap, replay, repair, optimize, decode, catalog, status,
+dead-letters, show, jvm-archive."""
 
 from __future__ import annotations
 
@@ -263,6 +263,27 @@ def _optimize(args: argparse.Namespace) -> int:
     return _exit_now(0)
 
 
+def _catalog(args: argparse.Namespace) -> int:
+    from replicator.catalog import sync_all
+    from replicator.spark import get_spark
+    from replicator.state import State
+
+    config = load_config(args.config)
+    if not config.catalog.enabled:
+        raise ConfigError(f"{args.config}: catalog.enabled is not true: there is no catalog to register in")
+    _hold_lock(config, "catalog sync")  # the embedded metastore takes one process at a time
+    with _jvm_output_aside(config):
+        spark = get_spark(config)
+    done = sync_all(config, spark, State.of(config).tables().values())
+    for line in done.lines():
+        print(line)
+    print(
+        f"catalog: {len(done.registered)} registered, {len(done.present)} already there, "
+        f"{len(done.dropped)} dropped, {len(done.refused)} refused"
+    )
+    return 0
+
+
 def _status(args: argparse.Namespace) -> int:
     from replicator.commands.status import print_status
 
@@ -482,6 +503,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--target-file-size", type=int, default=None, help="bytes per data file (default: 100 MB)"
     )
 
+    catalog = _command(
+        sub,
+        "catalog",
+        "register every mirror the job owns in the catalog (catalog.enabled; docs/configuration.md)",
+        "replicator catalog sync --config conf/shop.yaml",
+        func=_catalog,
+        config=JOB,
+    )
+    catalog.add_argument("action", choices=("sync",), help="sync: entries in step with the registry")
+
     status = _command(
         sub,
         "status",
@@ -591,10 +622,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        from replicator.errors import RecordFailed, SourceFailed
+        from replicator.errors import CatalogFailed, RecordFailed, SourceFailed
 
         if isinstance(exc, SourceFailed):
             log.error("stopped: the source cannot be read", error=str(exc))
+            print(f"replicator: {exc}", file=sys.stderr)
+            return 4
+        if isinstance(exc, CatalogFailed):
+            log.error("stopped: the catalog", error=str(exc))
             print(f"replicator: {exc}", file=sys.stderr)
             return 4
         if isinstance(exc, RecordFailed):

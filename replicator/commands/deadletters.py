@@ -245,7 +245,12 @@ class RetryResult:
 def retry_job(config: JobConfig) -> JobConfig:
     """The job as a retry runs it: its own app-transaction namespace, and a failing record is a dead letter
     (with its new error) even under ``on_error: fail``, so a retry always completes and is marked."""
-    return config.model_copy(update={"name": config.name + RETRY_JOB_SUFFIX, "on_error": "dead_letter"})
+    # No catalog: a retry may run beside the job, whose next batch registers what the retry made (the
+    # embedded metastore opens in one process at a time).
+    catalog = config.catalog.model_copy(update={"enabled": False})
+    return config.model_copy(
+        update={"name": config.name + RETRY_JOB_SUFFIX, "on_error": "dead_letter", "catalog": catalog}
+    )
 
 
 def select(

@@ -87,6 +87,7 @@ def replay_config(config: JobConfig, out: Path, keys: dict[str, list[str]]) -> J
             "target": config.target.model_copy(update={"path": out}),
             "state": config.state.model_copy(update={"path": out / STATE_DIR}),
             "changelog": config.changelog.model_copy(update={"enabled": False}),
+            "catalog": config.catalog.model_copy(update={"enabled": False}),  # copies, not the mirrors
             "tables": tables,
         }
     )

@@ -30,6 +30,9 @@ class MirrorJob:
         self.engine = Engine(config)
         # A dialect's job-file prerequisites (dts-avro's schema file) fail here, before any batch.
         Decoder(config.source.dialect, self.engine.options)
+        # Mirrors made before the catalog was turned on (or whose entry a failed sync left out) are
+        # registered at the start, without waiting for a batch.
+        self.engine.sync_catalog()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.error: BaseException | None = None

@@ -173,6 +173,23 @@ class DeltaRsWriter(MirrorWriter):
             configuration=self.properties or None,
             description=self.description,
         )
+        self._readable_by_spark()
+
+    def _readable_by_spark(self) -> None:
+        """List ``invariants`` in a writer version 7 protocol whose schema has NOT NULL columns (a key): Delta
+        Lake for Spark reads such columns as invariants and refuses a table whose protocol does not list the
+        feature (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH), while deltalake 1.6 moves a table with a
+        timestamp without time zone to version 7 with ``timestampNtz`` alone (delta-rs issue #2882)."""
+        from deltalake import TableFeatures
+
+        table = self._table()
+        protocol = table.protocol()
+        if protocol.min_writer_version < 7 or "invariants" in (protocol.writer_features or []):
+            return
+        if all(field.nullable for field in table.schema().fields):
+            return
+        with self._writing():
+            table.alter.add_feature(TableFeatures.Invariants)
 
     def add_columns(self, fields: Sequence[pa.Field]) -> None:
         from deltalake import Schema
@@ -182,6 +199,7 @@ class DeltaRsWriter(MirrorWriter):
         converted = Schema.from_arrow(pa.schema([f.with_nullable(True) for f in fields])).fields
         with self._writing():
             self._table().alter.add_columns(list(converted))
+        self._readable_by_spark()  # (a timestamp column moves the table to writer version 7)
 
     def applied_version(self, app_id: str) -> int | None:
         if not self.exists():
