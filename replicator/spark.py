@@ -181,11 +181,19 @@ def jar_settings(config: JobConfig | None) -> dict[str, str]:
     everything = os.environ.get(JARS_ENV) == "all"
     kafka = everything or (config is not None and config.source.type == "kafka")
     delta = everything or (config is not None and config.target.writer == "delta-spark")
-    if not (kafka or delta):
-        return {}
+    s3 = config is not None and config.on_object_store()
+    settings: dict[str, str] = {}
     from replicator import jars
 
-    return {**jars.spark_settings(), **(DELTA_SPARK if delta else {})}
+    if kafka or delta:
+        settings = {**jars.spark_settings(), **(DELTA_SPARK if delta else {})}
+    if s3:  # Hadoop's s3a for the checkpoint, a files source and delta-spark (docs/object-storage.md)
+        from replicator import storage
+
+        for key, value in {**jars.s3_settings(), **storage.current().hadoop()}.items():
+            joined = settings.get(key) if key in ("spark.jars", "spark.jars.packages") else None
+            settings[key] = f"{joined},{value}" if joined else value
+    return settings
 
 
 def _driver_loads(spark: SparkSession, jars: list[str]) -> None:

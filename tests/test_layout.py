@@ -43,6 +43,8 @@ STAGE_OF = {
             "pythonpath",
             "worker_daemon",
             "paths",
+            "storage",
+            "testing",
         ),
         "helpers",
     ),
