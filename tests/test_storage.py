@@ -67,7 +67,7 @@ def test_a_target_with_dot_dot_is_a_config_error_naming_the_key(tmp_path):
 
 
 def test_state_inside_target_on_one_bucket_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="inside target.path"):
+    with pytest.raises(ConfigError, match=r"inside target\.path"):
         parse_config(
             {
                 "name": "j",
@@ -106,7 +106,7 @@ def test_destructive_checks_on_uris_stay_under_the_prefix():
 
 def test_an_object_path_has_no_fspath_so_local_calls_fail_loudly(tmp_path):
     with pytest.raises(TypeError):
-        open(ObjectPath("s3://lake/x"))  # noqa: SIM115
+        open(ObjectPath("s3://lake/x"))
     assert is_uri("s3://lake/x") and not is_uri(tmp_path) and not is_uri("file:///tmp/x")
     assert location("file:///tmp/x") == Path("/tmp/x")
 
