@@ -480,6 +480,13 @@ def parse_config(data: Any, source: str = "<config>", base: Path | None = None) 
         raise ConfigError("\n".join(lines)) from None
     config = config.resolved(base or Path.cwd())
     _check_folders(config, source)
+    if config.target.deletion_vectors and config.target.writer == "delta-rs" and is_uri(config.target.path):
+        # replicator.sinks.vectors writes the vector files and its commit itself, on a local file system.
+        raise ConfigError(
+            f"{source}: target.deletion_vectors with the delta-rs writer needs a local target.path; on an "
+            "object store use target.writer: delta-spark, or leave deletion vectors off "
+            "(docs/object-storage.md)"
+        )
     return config
 
 

@@ -244,6 +244,16 @@ class ObjectPath:
 Location = Union[Path, ObjectPath]  # noqa: UP007 (a runtime alias pydantic reads)
 
 
+def remove_tree(path: Location) -> None:
+    """Delete a folder or an object-store prefix, whatever it holds (the caller checked it owns it)."""
+    import shutil
+
+    if isinstance(path, ObjectPath):
+        path.rmtree()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def write_whole(path: Location, text: str) -> None:
     """Write a small file whole or not at all: locally a temporary file flushed to disk and renamed over it;
     on an object store one PUT (an object is replaced whole)."""
@@ -401,5 +411,6 @@ __all__ = [
     "from_settings",
     "is_uri",
     "location",
+    "remove_tree",
     "write_whole",
 ]

@@ -152,3 +152,16 @@ def test_a_secret_named_by_a_missing_variable_is_an_error(monkeypatch):
     with pytest.raises(StorageError, match="NOT_SET_ANYWHERE"):
         from_settings({"access_key_env": "NOT_SET_ANYWHERE", "secret_key_env": "NOT_SET_ANYWHERE"})
     assert Storage().environment() == {"AWS_CONDITIONAL_PUT": "etag"}
+
+
+def test_deletion_vectors_with_delta_rs_on_an_object_store_are_refused_with_the_reason(tmp_path):
+    data = {
+        "name": "j",
+        "source": {"path": "in"},
+        "target": {"path": "s3://lake/m", "deletion_vectors": True},
+        "state": {"path": "st"},
+    }
+    with pytest.raises(ConfigError, match=r"needs a local target\.path"):
+        parse_config(data, "job.yaml", tmp_path)
+    data["target"]["writer"] = "delta-spark"  # Delta for Spark writes its vectors through Hadoop's s3a
+    assert parse_config(data, "job.yaml", tmp_path).target.deletion_vectors
