@@ -120,6 +120,7 @@ class SeaweedServer:
             self.ports = {name: free_port() for name in names}
             for name in names:
                 self.ports[f"{name}.grpc"] = free_port()
+            self.ports["metricsPort"] = free_port()  # Prometheus: the S3 gateway's request counts
         config = self.folder / "s3.json"
         identity = {
             "name": "replicator",
