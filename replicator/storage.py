@@ -191,6 +191,12 @@ class ObjectPath:
         for info in sorted(self._fs.get_file_info(selector), key=lambda i: i.path):
             yield ObjectPath(f"{self.scheme}://{info.path}")
 
+    def glob(self, pattern: str) -> Iterator[ObjectPath]:
+        """The objects and prefixes right under this one whose name matches ``pattern`` (no ``**``)."""
+        from fnmatch import fnmatchcase
+
+        return (p for p in self.iterdir() if fnmatchcase(p.name, pattern))
+
     def walk_files(self) -> Iterator[tuple[ObjectPath, int, float]]:
         """Every object under this prefix: (path, size, modification time in seconds)."""
         from pyarrow import fs as pafs

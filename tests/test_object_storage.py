@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
+import time
 import uuid
 
 import pyarrow as pa
@@ -185,3 +186,41 @@ def test_two_writers_racing_on_one_table_never_lose_or_double_a_commit(prefix):
     final = DeltaTable(uri)
     assert final.version() == 5
     assert sorted(final.to_pyarrow_table().to_pylist(), key=lambda r: r["id"])[0] == {"id": 0, "v": "a"}
+
+
+@pytest.mark.timeout(900)
+def test_kill_9_mid_batch_then_restart_on_s3_applies_each_batch_once(tmp_path, prefix):
+    """tests/test_crash.py's workload and crash points with target and state on S3: the process SIGKILLs
+    itself between two tables' commits of batch 0 and before batch 1's registry is saved; a restart
+    finishes the catch-up, the mirrors equal the model and each batch is committed once per table."""
+    from tests import test_crash as crash
+
+    files, model = crash.workload(seed=0)
+    config = crash.write_job(tmp_path, files, overlap=True)  # the landing files stay local
+    text = config.read_text().replace("{path: lake}", f"{{path: {prefix}/lake}}")
+    text = text.replace("{path: state}", f"{{path: {prefix}/state}}")
+    config.write_text(text + "storage: {lease_seconds: 20}\n")
+    lease = prefix / "state" / "job.lease"
+
+    def wait_for_expiry() -> None:
+        """A killed job's lease stays until it expires; a launch before that is refused (exit 2)."""
+        expires = dt.datetime.fromisoformat(json.loads(lease.read_text())["expires"])
+        refused = cli("mirror", "--config", str(config), "--available-now", timeout=120)
+        assert refused.returncode == 2 and "already running" in refused.stderr, refused.stderr[-2000:]
+        time.sleep(max(0.0, (expires - dt.datetime.now(dt.UTC)).total_seconds()) + 0.5)
+
+    crash.crash_at(config, "between@0")  # one table holds batch 0, the other does not
+    assert sorted(crash.committed(prefix, t, 0) for t in crash.TABLES) == [False, True]
+    wait_for_expiry()
+    crash.crash_at(config, "save_tables@1")  # both tables hold batch 1, the registry does not
+    assert all(crash.committed(prefix, t, 1) for t in crash.TABLES)
+    wait_for_expiry()
+    crash.finish(config)
+    assert not lease.exists()  # released at the end of the run
+
+    problems = crash.differences(prefix, model)
+    assert not problems, "\n".join(problems)
+    for table in crash.TABLES:
+        counts = crash.txns(prefix / "lake" / "shop" / table)
+        twice = {k: n for k, n in counts.items() if n > 1}
+        assert not twice, f"{table}: app transactions committed more than once: {twice}"
