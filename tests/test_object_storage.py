@@ -224,3 +224,80 @@ def test_kill_9_mid_batch_then_restart_on_s3_applies_each_batch_once(tmp_path, p
         counts = crash.txns(prefix / "lake" / "shop" / table)
         twice = {k: n for k, n in counts.items() if n > 1}
         assert not twice, f"{table}: app transactions committed more than once: {twice}"
+
+
+@pytest.mark.timeout(900)
+def test_the_server_restarted_mid_run_fails_or_delays_a_batch_and_the_next_run_completes_it(
+    tmp_path, s3, prefix
+):
+    """A continuous job whose object store goes away (killed) and comes back: the job either waits and
+    applies the batch, or fails it and stops; a new run then completes it. Nothing is lost or doubled.
+    (Runs last in this file: it restarts the session's server.)"""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.helpers import write_jsonl
+
+    write_jsonl(tmp_path / "landing" / "0001.jsonl", [canal("INSERT", [order(1, "a")], es=ES)])
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "name: restart-job\n"
+        "source: {type: files, path: landing, dialect: canal-json}\n"
+        f"target: {{path: {prefix}/lake}}\n"
+        f"state: {{path: {prefix}/state}}\n"
+        "trigger: {interval: 1 second}\n"
+        "storage: {lease_seconds: 20}\n",
+        encoding="utf-8",
+    )
+    mirror = prefix / "lake" / "shop" / "orders"
+    log = (tmp_path / "run.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "replicator.commands.cli", "mirror", "--config", str(job)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "REPLICATOR_SPARK_MASTER": "local[2]"},
+        start_new_session=True,
+    )
+
+    def ids() -> list[int]:
+        try:
+            return [r["id"] for r in rows(mirror)]
+        except Exception:  # not there yet, or the server is down
+            return []
+
+    def wait_for(wanted: list[int], seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and proc.poll() is None:
+            if ids() == wanted:
+                return True
+            time.sleep(1)
+        return ids() == wanted
+
+    try:
+        assert wait_for([1], 240), (tmp_path / "run.log").read_text()[-3000:]
+        s3.stop(kill=True)
+        write_jsonl(tmp_path / "landing" / "0002.jsonl", [canal("INSERT", [order(2, "b")], es=ES + 1000)])
+        time.sleep(8)  # a trigger or more with the store gone
+        s3.start()
+        applied = wait_for([1, 2], 180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+    if not applied:  # the job failed the batch and stopped (or was stopped before it was applied)
+        lease = prefix / "state" / "job.lease"
+        if lease.exists():
+            expires = dt.datetime.fromisoformat(json.loads(lease.read_text())["expires"])
+            time.sleep(max(0.0, (expires - dt.datetime.now(dt.UTC)).total_seconds()) + 0.5)
+        done = cli("mirror", "--config", str(job), "--available-now")
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert ids() == [1, 2]
+    batches = delta_table(str(prefix / "state" / "batches")).to_pylist()
+    assert sorted(b["applied"] for b in batches) == [1, 1]  # each insert applied once
