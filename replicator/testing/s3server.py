@@ -172,6 +172,7 @@ class SeaweedServer:
                 connect_timeout=1,
                 request_timeout=2,
                 retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=1),
+                allow_bucket_creation=True,
             )
             if s3.get_file_info(self.bucket).type == fs.FileType.NotFound:
                 s3.create_dir(self.bucket)
