@@ -58,7 +58,7 @@ SESSION_DEFAULTS: dict[str, str] = {
     # The driver builds its plans from such calls; measured on a cluster's 1M catch-up, the driver's CPU
     # fell by 0.1-0.2 s without it (docs/performance.md). An error still names the failing expression.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
-    # The streaming checkpoint (state.path/checkpoint: always on the driver's local file system) goes
+    # The streaming checkpoint (state.path/checkpoint: a local folder, or s3a: docs/object-storage.md) goes
     # through Hadoop's FileContext by default, which, without Hadoop's native library, forks `readlink`
     # for each file status and `chmod` for each new file: 29 processes a batch, ~140 ms between two
     # batches (JFR, the 5M catch-up). Through the FileSystem API a batch forks 6 `chmod`s (~40 ms), and a

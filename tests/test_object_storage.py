@@ -90,6 +90,32 @@ def test_mirror_status_show_and_replay_with_everything_on_s3(tmp_path, prefix):
     assert [(r["id"], r["name"]) for r in rows(asof / "shop" / "orders")] == [(1, "z"), (2, "b")]
 
 
+@pytest.mark.delta_spark
+def test_delta_spark_writer_with_history_and_change_feed_on_s3(tmp_path, prefix):
+    """The delta-spark writer (its MERGE through Spark and s3a), a history table and the change data feed,
+    with target and state on S3."""
+    from deltalake import DeltaTable
+
+    put_messages(prefix / "landing", "0001.jsonl", [canal("INSERT", [order(1, "a"), order(2, "b")], es=ES)])
+    time.sleep(1.1)  # one file per batch, in this order (max_files_per_trigger: 1 takes the oldest first)
+    put_messages(
+        prefix / "landing",
+        "0002.jsonl",
+        [canal("UPDATE", [order(1, "z")], old=[{"name": "a"}], es=ES + 1000)],
+    )
+    job = job_yaml(tmp_path, prefix, name="s3-spark", extra="tables: {history: ['shop.*']}\n")
+    text = job.read_text().replace("canal-json}", "canal-json, max_files_per_trigger: 1}")
+    job.write_text(text.replace("lake}", "lake, writer: delta-spark, change_data_feed: true}"))
+    done = cli("mirror", "--config", str(job), "--available-now")
+    assert done.returncode == 0, done.stderr[-3000:]
+    mirror = prefix / "lake" / "shop" / "orders"
+    assert [(r["id"], r["name"]) for r in rows(mirror)] == [(1, "z"), (2, "b")]
+    history = delta_table(f"{mirror}__history").to_pylist()
+    assert sorted((r["id"], r["name"]) for r in history) == [(1, "a"), (1, "z"), (2, "b")]
+    feed = DeltaTable(str(mirror)).load_cdf(starting_version=0).read_all().to_pylist()
+    assert {r["_change_type"] for r in feed} >= {"insert"}
+
+
 def test_a_second_job_on_one_state_is_refused_by_the_lease(tmp_path, prefix):
     from replicator.commands.joblock import JobLock, Lease
     from replicator.config import load_config
