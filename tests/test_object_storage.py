@@ -252,6 +252,46 @@ def test_kill_9_mid_batch_then_restart_on_s3_applies_each_batch_once(tmp_path, p
         assert not twice, f"{table}: app transactions committed more than once: {twice}"
 
 
+def test_rename_truncate_and_drop_act_only_under_the_prefix(spark, tmp_path, prefix):
+    """DDL on mirrors under an S3 prefix, through the engine in this process (landing files local): a
+    RENAME moves the mirror's objects to the new name's keys, a TRUNCATE empties it, a DROP deletes its
+    objects; a neighbour prefix that shares the text of the name is never touched."""
+    from tests.helpers import Runner, ddl, job
+
+    neighbour = ObjectPath(f"{prefix}/lake/shop/clients-kept/data.parquet")
+    neighbour.write_text("not a mirror")
+    config = job(
+        tmp_path,
+        target={"path": str(prefix / "lake")},
+        state={"path": str(prefix / "state")},
+        schema_evolution="evolve",
+    )
+    runner = Runner(spark, config)
+    runner.messages(
+        tmp_path,
+        [
+            canal("INSERT", [order(1, "a"), order(2, "b")], es=ES, table="customers"),
+            canal("INSERT", [order(7, "o")], es=ES + 1),
+        ],
+    )
+    lake = prefix / "lake" / "shop"
+    runner.messages(
+        tmp_path,
+        [
+            ddl("RENAME", "ALTER TABLE `customers` RENAME TO `clients`", es=ES + 10, table="customers"),
+            canal("INSERT", [order(3, "c")], es=ES + 11, table="clients"),
+            ddl("TRUNCATE", "TRUNCATE TABLE `orders`", es=ES + 12),
+        ],
+    )
+    assert not (lake / "customers").is_dir()
+    assert [(r["id"], r["name"]) for r in rows(lake / "clients")] == [(1, "a"), (2, "b"), (3, "c")]
+    assert rows(lake / "orders") == []
+    runner.messages(tmp_path, [ddl("ERASE", "DROP TABLE `clients`", es=ES + 20, table="clients")])
+    assert not (lake / "clients").is_dir()
+    assert neighbour.read_text() == "not a mirror"
+    assert (prefix / "state" / "tables" / "_delta_log").is_dir()
+
+
 @pytest.mark.timeout(900)
 def test_the_server_restarted_mid_run_fails_or_delays_a_batch_and_the_next_run_completes_it(
     tmp_path, s3, prefix
