@@ -283,11 +283,11 @@ def test_rename_truncate_and_drop_act_only_under_the_prefix(spark, tmp_path, pre
             ddl("TRUNCATE", "TRUNCATE TABLE `orders`", es=ES + 12),
         ],
     )
-    assert not (lake / "customers").is_dir()
+    assert list((lake / "customers").walk_files()) == []  # (a store may list an empty "folder" a while)
     assert [(r["id"], r["name"]) for r in rows(lake / "clients")] == [(1, "a"), (2, "b"), (3, "c")]
     assert rows(lake / "orders") == []
     runner.messages(tmp_path, [ddl("ERASE", "DROP TABLE `clients`", es=ES + 20, table="clients")])
-    assert not (lake / "clients").is_dir()
+    assert list((lake / "clients").walk_files()) == []
     assert neighbour.read_text() == "not a mirror"
     assert (prefix / "state" / "tables" / "_delta_log").is_dir()
 
