@@ -252,10 +252,11 @@ def test_kill_9_mid_batch_then_restart_on_s3_applies_each_batch_once(tmp_path, p
         assert not twice, f"{table}: app transactions committed more than once: {twice}"
 
 
-def test_rename_truncate_and_drop_act_only_under_the_prefix(spark, tmp_path, prefix):
+def test_rename_truncate_and_drop_act_only_under_the_prefix(s3, spark, tmp_path, prefix):
     """DDL on mirrors under an S3 prefix, through the engine in this process (landing files local): a
     RENAME moves the mirror's objects to the new name's keys, a TRUNCATE empties it, a DROP deletes its
-    objects; a neighbour prefix that shares the text of the name is never touched."""
+    objects; a neighbour prefix that shares the text of the name is never touched. (``s3`` before
+    ``spark``: Spark's Python workers take the server's variables from the environment it starts in.)"""
     from tests.helpers import Runner, ddl, job
 
     neighbour = ObjectPath(f"{prefix}/lake/shop/clients-kept/data.parquet")
