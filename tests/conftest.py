@@ -87,7 +87,9 @@ def s3(tmp_path_factory):
     """One SeaweedFS S3 server on 127.0.0.1 for the run (replicator.testing.s3server: built from the Go
     module proxy once, cached outside the work tree), with bucket ``lake``. The AWS variables that reach
     it are set in this process's environment, so the storage layer, delta-rs and the ``replicator``
-    commands the tests start all use it; each test takes a prefix of its own."""
+    commands the tests start all use it; each test takes a prefix of its own. A test that also runs the
+    engine in the session's Spark asks for ``s3`` before ``spark``: Spark's Python workers inherit the
+    environment the session starts in."""
     from replicator import storage
     from replicator.testing.s3server import SeaweedServer, ServerUnavailable
 
