@@ -20,8 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -198,16 +196,6 @@ class SeaweedServer:
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
-
-
-def reachable(url: str) -> bool:
-    try:
-        urllib.request.urlopen(url, timeout=1)
-    except urllib.error.HTTPError:
-        return True
-    except OSError:
-        return False
-    return True
 
 
 def main() -> None:
