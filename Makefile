@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fast e2e lint format docs reference bench soak fuzz clean
+.PHONY: install demo test test-fast test-s3 s3-server e2e lint format docs reference bench soak fuzz clean
 
 install: $(STAMP) ## create .venv with the `replicator` command and the dev tools
 
@@ -30,8 +30,17 @@ demo: install ## mirror the bundled canal-json samples and print the tables
 	$(BIN)/replicator show --config conf/demo.yaml
 	$(BIN)/replicator status --config conf/demo.yaml
 
-test: install ## the whole test suite (real Spark, real Delta tables) but the end-to-end tests (make e2e)
-	$(BIN)/python -m pytest -q -m "not e2e"
+test: install ## the whole test suite (real Spark, real Delta tables) but the end-to-end and S3 tests
+	$(BIN)/python -m pytest -q -m "not e2e and not s3"
+
+# SeaweedFS (Apache-2.0) built once from the Go module proxy (~10 min of 2 cores; needs Go 1.24+) into
+# ~/.cache/replicator/seaweedfs/<version>/weed (replicator/testing/s3server.py), then the `s3` tests.
+test-s3: install ## the tests against a real S3-compatible server (docs/object-storage.md)
+	$(BIN)/python -c "from replicator.testing.s3server import ensure_binary; print(ensure_binary())"
+	$(BIN)/python -m pytest -q -m s3
+
+s3-server: install ## run a SeaweedFS S3 server in the foreground (prints its endpoint and AWS variables)
+	$(BIN)/python -m replicator.testing.s3server $(S3_DIR)
 
 test-fast: install ## skip the slow (subprocess / crash) tests
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -10,6 +10,7 @@ table. Not a test; run with `make bench` and copy the figures into benchmarks/LO
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -79,13 +80,22 @@ def peak_rss(pid: int, stop: threading.Event, out: list[dict[str, int]], cpu: di
 
 
 def run_mirror(
-    workdir: Path, files_per_trigger: int, vectors: bool = False, cwd: Path = REPO, extra: str = ""
+    workdir: Path,
+    files_per_trigger: int,
+    vectors: bool = False,
+    cwd: Path = REPO,
+    extra: str = "",
+    s3: str | None = None,
 ) -> tuple[float, dict[str, int], dict[str, float], str]:
     """``mirror --available-now`` of the workload's job: (wall seconds, peak RSS by process, CPU seconds
     by process (sampled every 0.2 s, so a short-lived process's last 0.2 s may be missed), its log);
     ``vectors``: the mirrors with ``target.deletion_vectors``; ``cwd``: where the command runs (first on
-    its ``sys.path``); ``extra``: YAML lines added to the job file."""
+    its ``sys.path``); ``extra``: YAML lines added to the job file; ``s3``: an ``s3://bucket/prefix`` that
+    target.path and state.path go under (the landing files stay local)."""
     job = write_job(workdir, "bench", files_per_trigger)
+    if s3:
+        text = job.read_text().replace("{path: lake}", f"{{path: {s3}/lake}}")
+        job.write_text(text.replace("{path: state}", f"{{path: {s3}/state}}"))
     if vectors:
         job.write_text(job.read_text().replace("{path: lake}", "{path: lake, deletion_vectors: true}"))
     if extra:
@@ -134,9 +144,46 @@ def main() -> None:
         "--deletion-vectors", action="store_true", help="the mirrors with target.deletion_vectors: true"
     )
     parser.add_argument("--workdir", default=str(REPO / "bench-out" / "throughput"))
+    parser.add_argument(
+        "--s3",
+        action="store_true",
+        help="target and state on a local SeaweedFS S3 server (replicator.testing.s3server)",
+    )
     args = parser.parse_args()
     workdir = Path(args.workdir)
     shutil.rmtree(workdir, ignore_errors=True)
+    if args.s3:
+        with s3_server(workdir) as (server, prefix):
+            measure(args, workdir, prefix, server)
+        return
+    measure(args, workdir)
+
+
+@contextlib.contextmanager
+def s3_server(workdir: Path):  # type: ignore[no-untyped-def]
+    """A SeaweedFS server for the run, its variables in this process's environment (the job inherits them)."""
+    from replicator.testing.s3server import SeaweedServer
+
+    with SeaweedServer(workdir / "seaweedfs") as server:
+        os.environ.update(server.env())
+        yield server, f"s3://{server.bucket}/bench"
+
+
+def s3_requests(server) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """The S3 gateway's request counts by action, from its Prometheus metrics."""
+    import re
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{server.ports['metricsPort']}/metrics").read().decode()
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        match = re.match(r'SeaweedFS_s3_request_total\{.*?type="(\w+)".*?\} (\S+)', line)
+        if match:
+            counts[match.group(1)] = counts.get(match.group(1), 0) + int(float(match.group(2)))
+    return counts
+
+
+def measure(args, workdir: Path, s3: str | None = None, server=None) -> None:  # type: ignore[no-untyped-def]
     t0 = time.monotonic()
     paths = write_files(workdir / "landing", args.events, args.keys, args.per_file, args.full)
     generated = time.monotonic() - t0
@@ -144,13 +191,20 @@ def main() -> None:
     # writes them back while the run reads them (measured: the 5M run 85 s after a flush, 101-105 s
     # right after generating 4 GB).
     os.sync()
-    elapsed, rss, cpu, err = run_mirror(workdir, args.files_per_trigger, args.deletion_vectors)
+    before = s3_requests(server) if server else {}
+    elapsed, rss, cpu, err = run_mirror(workdir, args.files_per_trigger, args.deletion_vectors, s3=s3)
+    requests = {k: v - before.get(k, 0) for k, v in s3_requests(server).items()} if server else {}
     batches = batch_lines(err)
+    if not batches:
+        raise SystemExit(f"the job ran no batch:\n{err[-3000:]}")
     floor_s = floor(paths, workdir)
     from deltalake import DeltaTable
 
-    rows = DeltaTable(str(workdir / "lake" / "bench" / "orders")).count()
+    rows = DeltaTable(f"{s3 or workdir}/lake/bench/orders").count()
     result = {
+        "s3": bool(s3),
+        "s3_requests": requests,
+        "s3_requests_per_batch": round(sum(requests.values()) / len(batches)) if requests else None,
         "deletion_vectors": args.deletion_vectors,
         "events": args.events,
         "keys": args.keys,

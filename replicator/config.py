@@ -9,7 +9,17 @@ from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from replicator.storage import Location, ObjectPath, StorageError, is_uri, location
 
 OnError = Literal["dead_letter", "fail"]
 SchemaPolicy = Literal["lenient", "evolve", "ignore", "fail"]
@@ -20,7 +30,22 @@ class ConfigError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+
+def _location(value: Any) -> Any:
+    """A configured path: a local folder (plain or ``file://``) or an object-store URI (``s3://bucket/prefix``;
+    replicator.storage). Without this an ``s3://`` text became the relative local folder ``s3:``."""
+    if isinstance(value, str | Path):
+        try:
+            return location(value)
+        except StorageError as exc:
+            raise ValueError(str(exc)) from None
+    return value
+
+
+# A folder or an object-store prefix (docs/object-storage.md).
+PathOrUri = Annotated[Location, BeforeValidator(_location)]
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|seconds?|m|min|minutes?|h|hours?|d|days?)\s*$")
@@ -96,7 +121,7 @@ class SourceConfig(_Model):
     type: Literal["files", "kafka"] = Field(
         default="files", description="files: a folder watched by Spark's file stream; kafka: Kafka topics"
     )
-    path: Path | None = Field(
+    path: PathOrUri | None = Field(
         default=None,
         description="the landing folder of a files source (*.jsonl, *.ndjson, *.json, *.avro, *.b64)",
     )
@@ -159,7 +184,7 @@ class SourceConfig(_Model):
 
 
 class TargetConfig(_Model):
-    path: Path = Field(description="root of the mirror tables: <database>/<table> under it")
+    path: PathOrUri = Field(description="root of the mirror tables: <database>/<table> under it")
     writer: Literal["delta-rs", "delta-spark"] = Field(
         default="delta-rs",
         description="delta-rs (MERGE on the driver) or delta-spark (MERGE on the executors)",
@@ -184,8 +209,29 @@ class TargetConfig(_Model):
 
 
 class StateConfig(_Model):
-    path: Path = Field(
+    path: PathOrUri = Field(
         description="the job's own folder: checkpoint, dead letters, registry, tombstones, change log"
+    )
+
+
+class StorageConfig(_Model):
+    """Object-store access shared by target.path, state.path and a files source (docs/object-storage.md).
+    Unset fields leave the AWS variables, profiles and instance metadata to the clients. Secrets are named
+    by environment variable, never written here."""
+
+    endpoint: str | None = Field(
+        default=None, description="an S3-compatible server's URL (http(s)://host:port)"
+    )
+    region: str | None = Field(default=None, description="the bucket's region")
+    path_style: bool | None = Field(default=None, description="bucket in the path, not the host name")
+    allow_http: bool | None = Field(default=None, description="allow an http:// endpoint")
+    access_key_env: str | None = Field(default=None, description="the variable holding the access key id")
+    secret_key_env: str | None = Field(default=None, description="the variable holding the secret key")
+    session_token_env: str | None = Field(
+        default=None, description="the variable holding a session token"
+    )
+    lease_seconds: int = Field(
+        default=60, ge=10, description="how long a job's lock on an object store lasts without a heartbeat"
     )
 
 
@@ -453,7 +499,21 @@ class JobConfig(_Model):
     catalog: CatalogConfig = Field(
         default=CatalogConfig(), description="register mirrors in Spark's session catalog (off unless enabled)"
     )
+    storage: StorageConfig = Field(
+        default=StorageConfig(), description="object-store access for s3:// paths (docs/object-storage.md)"
+    )
     config_file: Path | None = Field(default=None, exclude=True)
+
+    def on_object_store(self) -> bool:
+        """Whether any configured location is an object-store URI (Spark then needs s3a)."""
+        source = self.source.path if self.source.type == "files" else None
+        return any(is_uri(p) for p in (self.target.path, self.state.path, source) if p is not None)
+
+    def storage_settings(self):  # type: ignore[no-untyped-def]
+        """The job's :class:`replicator.storage.Storage` (its secrets read from their variables)."""
+        from replicator import storage
+
+        return storage.from_settings(self.storage.model_dump(exclude={"lease_seconds"}))
 
     def schema_policy(self, name: str) -> SchemaPolicy:
         """The schema-evolution policy of a mirror table (``database.table``)."""
@@ -476,8 +536,10 @@ class JobConfig(_Model):
     def resolved(self, base: Path) -> JobConfig:
         """Resolve relative paths against ``base`` (the job file's folder)."""
 
-        def fix(path: Path | None) -> Path | None:
-            return None if path is None else (path if path.is_absolute() else (base / path).resolve())
+        def fix(path: Location | None) -> Location | None:
+            if path is None or isinstance(path, ObjectPath):
+                return path
+            return path if path.is_absolute() else (base / path).resolve()
 
         source = self.source.model_copy(
             update={"path": fix(self.source.path), "avro_schema": fix(self.source.avro_schema)}
@@ -559,6 +621,13 @@ def parse_config(data: Any, source: str = "<config>", base: Path | None = None) 
         raise ConfigError("\n".join(lines)) from None
     config = config.resolved(base or Path.cwd())
     _check_folders(config, source)
+    if config.target.deletion_vectors and config.target.writer == "delta-rs" and is_uri(config.target.path):
+        # replicator.sinks.vectors writes the vector files and its commit itself, on a local file system.
+        raise ConfigError(
+            f"{source}: target.deletion_vectors with the delta-rs writer needs a local target.path; on an "
+            "object store use target.writer: delta-spark, or leave deletion vectors off "
+            "(docs/object-storage.md)"
+        )
     return config
 
 
@@ -571,7 +640,7 @@ def _check_folders(config: JobConfig, source: str) -> None:
     folders = [("target.path", config.target.path), ("state.path", config.state.path)]
     if config.source.type == "files" and config.source.path is not None:
         folders.append(("source.path", config.source.path))
-    real = [(key, Path(os.path.realpath(path))) for key, path in folders]
+    real = [(key, path if is_uri(path) else Path(os.path.realpath(path))) for key, path in folders]
     for i, (key, path) in enumerate(real):
         for other, other_path in real[i + 1 :]:
             if path == other_path:
@@ -582,7 +651,7 @@ def _check_folders(config: JobConfig, source: str) -> None:
                 (path, key, other_path, other),
                 (other_path, other, path, key),
             ):
-                if outer in inner.parents:
+                if type(inner) is type(outer) and outer in inner.parents:
                     raise ConfigError(
                         f"{source}: {inner_key} ({inner}) is inside {outer_key} ({outer}); "
                         "use folders that do not contain each other"
@@ -601,4 +670,17 @@ def load_config(path: str | Path) -> JobConfig:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{file}: not valid YAML: {exc}") from None
     config = parse_config(data, str(file), file.resolve().parent)
+    activate_storage(config, str(file))
     return config.model_copy(update={"config_file": file.resolve()})
+
+
+def activate_storage(config: JobConfig, source: str = "<config>") -> None:
+    """Make the job's storage settings the process's (replicator.storage.activate), before Spark starts."""
+    if not config.on_object_store():
+        return
+    from replicator import storage
+
+    try:
+        storage.activate(config.storage_settings())
+    except StorageError as exc:
+        raise ConfigError(f"{source}: {exc}") from None

@@ -333,7 +333,9 @@ class ChangelogFiles:
 
         self.filesystem, self.base = fs.FileSystem.from_uri(payload.folder_uri(root))
         self.batch_id = batch_id
-        self.writers: dict[tuple[str | None, str | None], tuple[Any, str, list[int]]] = {}
+        # (writer, relative path, rows, its output stream: closed after the writer, which leaves a stream it
+        # was given open; an object store's upload completes only when the stream closes)
+        self.writers: dict[tuple[str | None, str | None], tuple[Any, str, list[int], Any]] = {}
 
     def write(self, events: pa.Table) -> None:
         import pyarrow as pa
@@ -367,9 +369,9 @@ class ChangelogFiles:
                 )
                 self.filesystem.create_dir(os.path.dirname(f"{self.base}/{relative}"), recursive=True)
                 sink = self.filesystem.open_output_stream(f"{self.base}/{relative}")
-                entry = (pq.ParquetWriter(sink, data_schema, **CHANGELOG_PARQUET), relative, [0])
+                entry = (pq.ParquetWriter(sink, data_schema, **CHANGELOG_PARQUET), relative, [0], sink)
                 self.writers[(database, table)] = entry
-            writer, _relative, count = entry
+            writer, _relative, count, _sink = entry
             batch_ids = pa.repeat(pa.scalar(self.batch_id, pa.int64()), rows.num_rows)
             columns = [batch_ids if f.name == "batch_id" else rows[f.name].cast(f.type) for f in data_schema]
             writer.write_table(pa.table(columns, schema=data_schema))
@@ -380,8 +382,9 @@ class ChangelogFiles:
         import pyarrow as pa
 
         out: dict[str, list[Any]] = {k: [] for k in ("path", "size", "database", "table", "rows", "mtime")}
-        for (database, table), (writer, relative, count) in self.writers.items():
+        for (database, table), (writer, relative, count, sink) in self.writers.items():
             writer.close()
+            sink.close()
             info = self.filesystem.get_file_info(f"{self.base}/{relative}")
             out["path"].append(relative)
             out["size"].append(info.size)

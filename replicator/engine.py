@@ -61,10 +61,11 @@ from replicator.fold import FoldPlan, fold_batch
 from replicator.fold.arrow import Barrier, no_changes, seq_system
 from replicator.logging import get_logger
 from replicator.model import BARRIER_OPS, DML_OPS, TableId, table_label, table_labels, table_order
-from replicator.paths import description, mappable, table_parts
+from replicator.paths import description, mappable, relative_under, table_parts
 from replicator.sinks import writer_factory
 from replicator.sources import batch_inputs
 from replicator.state import DEAD_LETTER_SCHEMA, BatchSummary, State, TableState, now
+from replicator.storage import ObjectPath, location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -152,8 +153,8 @@ class Engine:
         # this engine's own, since a `dead-letters retry` may run beside the mirror job on one state; a
         # folder per batch inside it, as one batch is applied while the next is decoded.
         self._catalog: Catalog | None = None  # replicator.catalog, made at the first sync
-        self._spill = str(Path(config.state.path) / "tmp" / f"batch-{uuid.uuid4().hex}")
-        _clear_stale(Path(config.state.path) / "tmp")
+        self._spill = str(location(config.state.path) / "tmp" / f"batch-{uuid.uuid4().hex}")
+        _clear_stale(location(config.state.path) / "tmp")
         # A state whose registry names mirrors outside target.path (another job folder's) stops the job
         # here, before anything is written (State._loaded).
         self.state.tables()
@@ -175,9 +176,9 @@ class Engine:
                 raise
             log.warning("catalog not in step with the mirrors (tried again next batch)", error=str(exc))
 
-    def mirror_path(self, table: TableId) -> Path:
+    def mirror_path(self, table: TableId) -> Path | ObjectPath:
         """The folder of a table's mirror: target.path / its names encoded (replicator.paths)."""
-        return Path(self.state.mirror_path(table))
+        return location(self.state.mirror_path(table))
 
     # ---- the micro-batch ----------------------------------------------------------------------------------
     def process(self, frame: DataFrame, batch_id: int) -> BatchSummary:
@@ -263,7 +264,7 @@ class Engine:
         write_changelog = (
             self.config.changelog.enabled and kind != "events" and not self.state.done("changelog", batch_id)
         )
-        spill = str(Path(self._spill) / f"{batch_id}-{uuid.uuid4().hex[:8]}")
+        spill = str(location(self._spill) / f"{batch_id}-{uuid.uuid4().hex[:8]}")
         plan = DecodePlan(
             source=kind,
             dialect=source.dialect,
@@ -576,7 +577,8 @@ class Engine:
         root = str(self.config.target.path)
         folders: dict[tuple[str, ...], TableId] = {}
         for t, s in registry.items():
-            folders.setdefault(tuple(os.path.relpath(s.mirror, root).split(os.sep)), t)
+            relative = relative_under(root, s.mirror) or os.path.relpath(s.mirror, root)
+            folders.setdefault(tuple(relative.split("/")), t)
         for t in tables:
             if t not in refused and t not in registry:
                 folders.setdefault(tuple(table_parts(t)), t)
@@ -907,11 +909,20 @@ def _clear(folder: str) -> None:
     payload.release_memory()
 
 
-def _clear_stale(folder: Path, hours: float = 24) -> None:
+def _clear_stale(folder: Path | ObjectPath, hours: float = 24) -> None:
     """Remove the payload folders of engines that died (kill -9) more than ``hours`` ago; a live engine's
     folder exists only while one of its batches runs."""
     import shutil
 
+    if isinstance(folder, ObjectPath):
+        newest: dict[str, float] = {}  # an object store has no folder times: a folder's newest object's
+        for path, _size, mtime in folder.walk_files():
+            name = path.relative_to(folder).split("/")[0]
+            newest[name] = max(newest.get(name, 0.0), mtime)
+        for name, mtime in newest.items():
+            if name.startswith("batch-") and mtime < time.time() - hours * 3600:
+                (folder / name).rmtree()
+        return
     if not folder.is_dir():
         return
     cutoff = time.time() - hours * 3600

@@ -21,6 +21,8 @@ import unicodedata
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from replicator.storage import ObjectPath, is_uri, location
+
 if TYPE_CHECKING:
     from replicator.model import TableId
 
@@ -100,8 +102,10 @@ def relative_path(table: TableId) -> str:
     return "/".join(table_parts(table))
 
 
-def table_path(root: str | Path, table: TableId) -> Path:
-    return Path(root).joinpath(*table_parts(table))
+def table_path(root: str | Path | ObjectPath, table: TableId) -> Path | ObjectPath:
+    """A table's folder under ``root``: a local folder or, under an object-store prefix, the same components
+    as keys (replicator.storage)."""
+    return location(root).joinpath(*table_parts(table))
 
 
 def legacy_parts(table: TableId) -> list[str] | None:
@@ -168,7 +172,7 @@ def description(table: TableId) -> str:
 def beside(path: str | Path, suffix: str) -> str:
     """``path`` with ``suffix`` added to its last component (a table set aside: ``.replaced-<seq>``), kept
     within a file name's 255 bytes by shortening the component the way :func:`component` does."""
-    path = Path(path)
+    path = location(path)
     name = path.name + suffix
     if len(name.encode("utf-8")) <= 255:
         return str(path.with_name(name))
@@ -178,12 +182,22 @@ def beside(path: str | Path, suffix: str) -> str:
 
 
 # ---- checks ------------------------------------------------------------------------------------------------
-def _real(path: str | Path) -> str:
+def _real(path: str | Path | ObjectPath) -> str:
+    if is_uri(path):
+        return str(location(path))  # normalized; a ``..`` was refused when it was made
     return os.path.realpath(os.path.abspath(path))
 
 
-def inside(root: str | Path, path: str | Path) -> bool:
-    """Whether ``path`` lies strictly under ``root``, both resolved (links followed, ``..`` folded)."""
+def inside(root: str | Path | ObjectPath, path: str | Path | ObjectPath) -> bool:
+    """Whether ``path`` lies strictly under ``root``, both resolved (links followed, ``..`` folded). An
+    object-store key lies under a prefix of the same scheme and bucket; never under a local folder."""
+    if is_uri(root) or is_uri(path):
+        if not (is_uri(root) and is_uri(path)):
+            return False
+        try:
+            return location(path).inside(location(root))  # type: ignore[union-attr]
+        except ValueError:  # a ``..`` or an unknown scheme: not inside anything
+            return False
     base, real = _real(root), _real(path)
     return real != base and os.path.commonpath([base, real]) == base
 
@@ -200,6 +214,8 @@ def ensure_inside(root: str | Path, path: str | Path, action: str) -> str:
 
 def relative_under(root: str | Path, path: str | Path) -> str | None:
     """``path`` relative to ``root`` (POSIX text) when it lies under it (lexically or resolved), else None."""
+    if is_uri(root) or is_uri(path):
+        return location(path).relative_to(location(root)) if inside(root, path) else None  # type: ignore[union-attr,arg-type]
     for base, target in ((os.path.normpath(root), os.path.normpath(path)), (_real(root), _real(path))):
         if target != base and os.path.commonpath([base, target]) == base:
             return PurePosixPath(Path(os.path.relpath(target, base))).as_posix()

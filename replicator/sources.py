@@ -342,7 +342,21 @@ class Landing:
 def scan_landing(root: Path, follow_symlinks: bool = False) -> Landing:
     """Walk a landing folder as the stream reads it (:class:`Landing`); a hidden or linked folder counts
     as one skipped entry, its contents are not walked."""
+    from replicator.storage import ObjectPath
+
     found = Landing()
+    if isinstance(root, ObjectPath):  # an object store: keys, no links; a hidden part hides what is under it
+        for path, _size, _mtime in root.walk_files():
+            relative = path.relative_to(root)
+            parts = relative.split("/")
+            if any(hidden(part) for part in parts):
+                found.skipped["hidden"].append(relative)
+            elif path.suffix.lower() not in FILE_SUFFIXES:
+                found.skipped["other"].append(relative)
+            else:
+                found.files.append(path)  # type: ignore[arg-type]
+        found.files.sort()
+        return found
     if not root.is_dir():
         return found
     for folder, dirs, names in os.walk(root, followlinks=follow_symlinks):

@@ -58,7 +58,7 @@ SESSION_DEFAULTS: dict[str, str] = {
     # The driver builds its plans from such calls; measured on a cluster's 1M catch-up, the driver's CPU
     # fell by 0.1-0.2 s without it (benchmarks/LOG.md). An error still names the failing expression.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
-    # The streaming checkpoint (state.path/checkpoint: always on the driver's local file system) goes
+    # The streaming checkpoint (state.path/checkpoint: a local folder, or s3a: docs/object-storage.md) goes
     # through Hadoop's FileContext by default, which, without Hadoop's native library, forks `readlink`
     # for each file status and `chmod` for each new file: 29 processes a batch, ~140 ms between two
     # batches (JFR, the 5M catch-up). Through the FileSystem API a batch forks 6 `chmod`s (~40 ms), and a
@@ -185,12 +185,20 @@ def jar_settings(config: JobConfig | None) -> dict[str, str]:
     catalog = config is not None and config.catalog.enabled
     kafka = everything or (config is not None and config.source.type == "kafka")
     delta = everything or catalog or (config is not None and config.target.writer == "delta-spark")
-    if not (kafka or delta):
-        return {}
+    s3 = config is not None and config.on_object_store()
+    settings: dict[str, str] = {}
     from replicator import jars
 
-    hive = config.catalog.spark_settings() if catalog and config is not None else {}
-    return {**jars.spark_settings(), **(DELTA_SPARK if delta else {}), **hive}
+    if kafka or delta:
+        hive = config.catalog.spark_settings() if catalog and config is not None else {}
+        settings = {**jars.spark_settings(), **(DELTA_SPARK if delta else {}), **hive}
+    if s3:  # Hadoop's s3a for the checkpoint, a files source and delta-spark (docs/object-storage.md)
+        from replicator import storage
+
+        for key, value in {**jars.s3_settings(), **storage.current().hadoop()}.items():
+            joined = settings.get(key) if key in ("spark.jars", "spark.jars.packages") else None
+            settings[key] = f"{joined},{value}" if joined else value
+    return settings
 
 
 def _driver_loads(spark: SparkSession, jars: list[str]) -> None:

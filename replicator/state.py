@@ -18,6 +18,7 @@ from replicator import paths
 from replicator.dialects.events import decoded_schema
 from replicator.model import table_label
 from replicator.sinks.base import MirrorWriter, Txn, WriterFactory
+from replicator.storage import ObjectPath, is_uri, location, write_whole
 
 if TYPE_CHECKING:
     from replicator.config import JobConfig
@@ -108,6 +109,11 @@ TABLE_SCHEMA = pa.schema(
 )
 
 
+def _normal(path: str | Path | ObjectPath) -> str:
+    """A path in one spelling for comparison (local: ``..`` folded; a URI is kept normalized)."""
+    return str(location(path)) if is_uri(path) else os.path.normpath(path)
+
+
 def now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -175,10 +181,10 @@ class State:
     def __init__(
         self, root: str | Path, job: str, writer: WriterFactory, target: str | Path | None = None
     ) -> None:
-        self.root = Path(root)
+        self.root = location(root)
         self.job = job
         self.writer = writer  # the mirrors' writer (the job's target.writer)
-        self.target = Path(target) if target is not None else None
+        self.target = location(target) if target is not None else None
         # The engine's own tables (registry, tombstones, change log, dead letters, batches) stay on delta-rs
         # whichever writer the mirrors use: the engine MERGEs into them with deltalake directly, and they
         # are small (a Spark job per commit would cost more than the commit).
@@ -207,14 +213,14 @@ class State:
     def tombstones(self, table: TableId) -> MirrorWriter:
         return self._own(self.table_folder("tombstones", table))
 
-    def table_folder(self, kind: str, table: TableId) -> Path:
+    def table_folder(self, kind: str, table: TableId) -> Path | ObjectPath:
         """A table's folder under ``state.path/<kind>`` (tombstones, history markers). One a version before
         replicator.paths made under the raw names (a table named with a ``.`` or a space) is moved to the
         encoded name the first time it is asked for."""
         base = self.root / kind
         folder = paths.table_path(base, table)
         legacy = paths.legacy_parts(table)
-        if legacy is not None and not folder.exists():
+        if legacy is not None and not isinstance(folder, ObjectPath) and not folder.exists():
             old = base.joinpath(*legacy)
             if (old / "_delta_log").is_dir() and paths.inside(base, old):
                 folder.parent.mkdir(parents=True, exist_ok=True)
@@ -229,7 +235,7 @@ class State:
 
     def _stored(self, mirror: str) -> str:
         """A mirror path as the registry keeps it: relative to target.path."""
-        if self.target is None or not os.path.isabs(mirror):
+        if self.target is None or not (os.path.isabs(mirror) or is_uri(mirror)):
             return mirror
         relative = paths.relative_under(self.target, mirror)
         if relative is None:
@@ -242,7 +248,7 @@ class State:
         commit); one elsewhere means the state belongs to another job folder, and the job stops."""
         if self.target is None:
             return stored
-        if not os.path.isabs(stored):
+        if not (os.path.isabs(stored) or is_uri(stored)):
             if not paths.safe_relative(stored):
                 raise paths.StateMismatch(
                     f"{self.root / 'tables'}: the mirror of {table_label(table)} is recorded as {stored!r}, "
@@ -250,7 +256,7 @@ class State:
                 )
             return str(self.target / stored)
         if paths.relative_under(self.target, stored) is not None:
-            return os.path.normpath(stored)
+            return _normal(stored)
         raise paths.StateMismatch(
             f"state {self.root} records the mirror of {table_label(table)} at {stored}, outside "
             f"target.path {self.target}: this state was written by a job whose target was elsewhere (a "
@@ -274,10 +280,10 @@ class State:
         paths.ensure_inside(self.target, path, action)
         registry = self.tables() if registry is None else registry
         known = registry.get(table)
-        own = {os.path.normpath(self.mirror_path(table))}
+        own = {_normal(self.mirror_path(table))}
         if known is not None:
-            own.add(os.path.normpath(known.mirror))
-        if os.path.normpath(path) not in own:
+            own.add(_normal(known.mirror))
+        if _normal(path) not in own:
             raise paths.UnsafePath(
                 f"refused to {action} {path}: it is not the mirror of {table_label(table)} "
                 f"({' or '.join(sorted(own))})"
@@ -349,29 +355,21 @@ class State:
 
     # ---- batches applied behind the next one (Engine.submit) ----------------------------------------------
     @property
-    def pending_folder(self) -> Path:
+    def pending_folder(self) -> Path | ObjectPath:
         return self.root / "pending"
 
     def note_pending(self, batch_id: int, source: str, manifest: pa.Table) -> None:
         """Note a batch's inputs (:data:`MANIFEST`) before Spark commits it, until its apply ends: one JSON
         file per batch, written whole (a temporary file renamed) and flushed to disk."""
-        import os
-
-        folder = self.pending_folder
-        folder.mkdir(parents=True, exist_ok=True)
         note = {"batch_id": batch_id, "source": source, "inputs": manifest.to_pylist()}
-        final = folder / f"{batch_id:020d}.json"
-        temporary = folder / f".{final.name}.tmp"
-        with temporary.open("w", encoding="utf-8") as f:
-            json.dump(note, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, final)
+        write_whole(self.pending_folder / f"{batch_id:020d}.json", json.dumps(note))
 
     def pending(self) -> list[tuple[int, str, pa.Table]]:
         """The noted batches not yet applied, in batch order: (batch id, source kind, inputs)."""
         notes = []
-        for path in sorted(self.pending_folder.glob("*.json")):
+        folder = self.pending_folder
+        found = folder.iterdir() if folder.is_dir() else ()
+        for path in sorted(p for p in found if p.name.endswith(".json") and not p.name.startswith(".")):
             note = json.loads(path.read_text(encoding="utf-8"))
             inputs = pa.Table.from_pylist(note["inputs"], MANIFEST)
             notes.append((int(note["batch_id"]), str(note["source"]), inputs))
@@ -382,17 +380,12 @@ class State:
 
     # ---- files the landing folder holds and the stream does not read (sources.scan_landing) ---------------
     @property
-    def skipped_file(self) -> Path:
+    def skipped_file(self) -> Path | ObjectPath:
         return self.root / "skipped_files.json"
 
     def save_skipped(self, report: dict[str, Any]) -> None:
         """The newest scan's skipped files (counts and a few names), written whole, for ``status``."""
-        import os
-
-        self.root.mkdir(parents=True, exist_ok=True)
-        temporary = self.root / f".{self.skipped_file.name}.tmp"
-        temporary.write_text(json.dumps({**report, "scanned_at": now().isoformat()}), encoding="utf-8")
-        os.replace(temporary, self.skipped_file)
+        write_whole(self.skipped_file, json.dumps({**report, "scanned_at": now().isoformat()}))
 
     def skipped(self) -> dict[str, Any] | None:
         try:

@@ -72,3 +72,33 @@ def kafka(tmp_path_factory):
 
     with kafka_broker(tmp_path_factory.mktemp("kafka")) as broker:
         yield Kafka(broker)
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """One SeaweedFS S3 server on 127.0.0.1 for the run (replicator.testing.s3server: built from the Go
+    module proxy once, cached outside the work tree), with bucket ``lake``. The AWS variables that reach
+    it are set in this process's environment, so the storage layer, delta-rs and the ``replicator``
+    commands the tests start all use it; each test takes a prefix of its own. A test that also runs the
+    engine in the session's Spark asks for ``s3`` before ``spark``: Spark's Python workers inherit the
+    environment the session starts in."""
+    from replicator import storage
+    from replicator.testing.s3server import SeaweedServer, ServerUnavailable
+
+    try:
+        server = SeaweedServer(tmp_path_factory.mktemp("seaweedfs")).start()
+    except ServerUnavailable as exc:
+        pytest.fail(str(exc))
+    saved = {k: os.environ.get(k) for k in server.env()}
+    os.environ.update(server.env())
+    storage.activate(storage.Storage())
+    try:
+        yield server
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        storage.activate(storage.Storage())

@@ -44,6 +44,8 @@ STAGE_OF = {
             "worker_daemon",
             "paths",
             "jsonl",
+            "storage",
+            "testing",
         ),
         "helpers",
     ),

@@ -17,11 +17,17 @@ SCHEMA = pa.schema(
 VECTORS = {"delta.enableDeletionVectors": "true"}
 
 
-@pytest.fixture(params=[*WRITERS, "delta-rs+vectors"])
+@pytest.fixture(params=[*WRITERS, "delta-rs+vectors", pytest.param("delta-rs@s3", marks=pytest.mark.s3)])
 def writer(request, spark, tmp_path):
     """Each writer; ``delta-rs+vectors``: delta-rs with deletion vectors, its MERGEs the engine's own
-    commits (replicator.sinks.vectors)."""
-    name, _, vectors = request.param.partition("+")
+    commits (replicator.sinks.vectors); ``@s3``: the table on the session's S3 server (``make test-s3``)."""
+    name, _, where = request.param.partition("@")
+    name, _, vectors = name.partition("+")
+    if where == "s3":
+        import uuid
+
+        server = request.getfixturevalue("s3")
+        return writer_factory(name)(f"s3://{server.bucket}/writers/{uuid.uuid4().hex[:12]}/t")
     return writer_factory(name)(tmp_path / "t", VECTORS if vectors else None)
 
 

@@ -17,7 +17,6 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import singledispatch
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -33,6 +32,7 @@ from replicator.model import CDC_SEQ, table_label
 from replicator.routing import META_DATABASE, META_TABLE, SOURCE_COLUMNS, SOURCE_DATABASE, SOURCE_TABLE
 from replicator.sinks.base import quote
 from replicator.state import TableState
+from replicator.storage import location
 from replicator.types import column_type, parse_values
 
 if TYPE_CHECKING:
@@ -672,7 +672,7 @@ class BarrierHandler:
             source.move_to(target_path)
             writer(target_path).describe(paths.description(new))
             tombstones, tombstones_to = registry.tombstones(old), registry.tombstones(new)
-            if Path(tombstones.path).exists():
+            if location(tombstones.path).exists():
                 registry.check_state_path(tombstones.path, "move")
                 registry.check_state_path(tombstones_to.path, "move tombstones to")
                 tombstones.move_to(tombstones_to.path)

@@ -80,8 +80,14 @@ def _jvm_output_aside(config):  # type: ignore[no-untyped-def]
     """On a terminal, Spark's JVM (started by this driver) writes its start-up lines and later warnings into
     ``<state.path>/logs/spark-driver.log`` instead of over the screen: its standard error is this process's
     file 2 when it starts, so file 2 points at the log while it starts."""
-    if not sys.stderr.isatty() or "PYSPARK_GATEWAY_PORT" in os.environ:
-        yield
+    from replicator.storage import ObjectPath
+
+    if (
+        not sys.stderr.isatty()
+        or "PYSPARK_GATEWAY_PORT" in os.environ
+        or isinstance(config.state.path, ObjectPath)
+    ):
+        yield  # (a state on an object store: no local file to point file 2 at)
         return
     folder = config.state.path / "logs"
     folder.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ from replicator.jsonl import is_blank, split_lines
 from replicator.logging import get_logger
 from replicator.model import table_label
 from replicator.state import State, TableState
+from replicator.storage import ObjectPath, location
 
 log = get_logger("replicator.commands.preflight")
 
@@ -36,10 +37,10 @@ RECOVER = 'docs/operations.md, "Recovering from damaged state"'
 
 def check_state(config: JobConfig) -> None:
     """Every check above; raises StateDamaged at the first problem."""
-    root = Path(config.state.path)
-    problem = check_checkpoint(root / "checkpoint")
+    root = location(config.state.path)
+    problem = check_checkpoint(root / "checkpoint")  # type: ignore[arg-type]
     if problem is None:
-        for table in delta_tables(root, Path(config.target.path)):
+        for table in delta_tables(root, location(config.target.path)):  # type: ignore[arg-type]
             problem = check_delta_log(table)
             if problem is not None:
                 break
@@ -124,6 +125,15 @@ def delta_tables(*roots: Path) -> list[Path]:
     """The Delta tables (folders with a ``_delta_log``) under the roots, without walking into them."""
     found = []
     for root in roots:
+        if isinstance(root, ObjectPath):  # keys, not folders: a table is a prefix holding ``_delta_log/``
+            skip = ("checkpoint", "tmp", "pending")
+            tables = {
+                str(path).split("/_delta_log/", 1)[0]
+                for path, _size, _mtime in root.walk_files()
+                if "/_delta_log/" in str(path) and path.relative_to(root).split("/", 1)[0] not in skip
+            }
+            found.extend(ObjectPath(t) for t in tables if ObjectPath(t) != root)  # type: ignore[misc]
+            continue
         if not root.is_dir():
             continue
         for folder, dirs, _files in os.walk(root):
@@ -132,13 +142,14 @@ def delta_tables(*roots: Path) -> list[Path]:
                 dirs[:] = []
                 continue
             dirs[:] = [d for d in dirs if d not in ("checkpoint", "tmp", "pending")]
-    return sorted(found)
+    return sorted(found, key=str)
 
 
 def check_delta_log(table: Path) -> str | None:
     """The newest commit (``NNN.json``) and ``_last_checkpoint`` of a Delta table: each line a JSON object."""
     folder = table / "_delta_log"
-    commits = sorted(p for p in folder.glob("*.json") if p.stem.isdigit())
+    listed = folder.iterdir() if folder.is_dir() else ()
+    commits = sorted((p for p in listed if p.name.endswith(".json") and p.name[:-5].isdigit()), key=str)
     files = commits[-1:]
     if (folder / "_last_checkpoint").exists():
         files.append(folder / "_last_checkpoint")

@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from replicator.jsonl import split_lines
+from replicator.storage import is_uri, location
 
 if TYPE_CHECKING:
     from replicator.config import JobConfig
@@ -34,7 +35,7 @@ def checkpoint_files(checkpoint: str | Path) -> set[str]:
     """The files the query's file source has listed in a batch (its metadata log under
     ``<checkpoint>/sources/0``: a ``v1`` line, then one JSON object per file, in batch files and compacted
     ``N.compact`` files)."""
-    log = Path(checkpoint) / "sources" / "0"
+    log = location(checkpoint) / "sources" / "0"
     seen: set[str] = set()
     if not log.is_dir():
         return seen
@@ -56,7 +57,7 @@ def listed_files(root: str | Path, follow_symlinks: bool = False) -> list[Path]:
     and, unless followed, symbolic links."""
     from replicator.sources import scan_landing
 
-    return scan_landing(Path(root), follow_symlinks).files
+    return scan_landing(location(root), follow_symlinks).files
 
 
 def pending_files(config: JobConfig, checkpoint: str | Path) -> int:
@@ -66,7 +67,7 @@ def pending_files(config: JobConfig, checkpoint: str | Path) -> int:
     return sum(
         1
         for p in listed_files(config.source.path, config.source.follow_symlinks)
-        if os.path.abspath(p) not in seen
+        if (str(p) if is_uri(p) else os.path.abspath(p)) not in seen
     )
 
 

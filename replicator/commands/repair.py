@@ -13,11 +13,9 @@ the old name in the change log).
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from pathlib import Path
 
 from replicator import paths
 from replicator.commands.preflight import Behind, behind_mirrors
@@ -26,6 +24,7 @@ from replicator.config import JobConfig
 from replicator.logging import get_logger
 from replicator.sinks.base import Txn
 from replicator.state import State
+from replicator.storage import location, remove_tree
 
 log = get_logger("replicator.commands.repair")
 
@@ -58,7 +57,7 @@ def repair(config: JobConfig, tables: str) -> list[Repaired]:
         )
     state = State.of(config)
     registry, writer = state.tables(), state.writer
-    out = Path(config.state.path) / "tmp" / f"repair-{uuid.uuid4().hex}"
+    out = location(config.state.path) / "tmp" / f"repair-{uuid.uuid4().hex}"
     done = []
     try:
         # every event of the tables: a cut after any event time (events without one are kept by replay)
@@ -81,5 +80,5 @@ def repair(config: JobConfig, tables: str) -> list[Repaired]:
             )
             done.append(Repaired(name, data.num_rows, known.last_batch))
     finally:
-        shutil.rmtree(out, ignore_errors=True)
+        remove_tree(out)
     return done

@@ -26,6 +26,7 @@ from replicator.logging import get_logger
 from replicator.model import table_label
 from replicator.positions import horizon, parse_time
 from replicator.state import BatchSummary, State, TableState
+from replicator.storage import ObjectPath, location
 
 log = get_logger("replicator.commands.replay")
 
@@ -93,7 +94,7 @@ def replay_config(config: JobConfig, out: Path, keys: dict[str, list[str]]) -> J
     )
 
 
-def _check_target(out: Path) -> None:
+def _check_target(out: Path | ObjectPath) -> None:
     if out.exists() and any(out.iterdir()):
         raise ReplayError(
             f"--target-path {out} is not empty: replay writes fresh tables (choose a new folder)"
@@ -145,7 +146,7 @@ def replay(
 
     if (as_of is None) == (position is None):
         raise ReplayError("give exactly one of --as-of TIME or --position POS")
-    out = Path(out).resolve()
+    out = location(out).resolve()
     _check_target(out)
     live = State.of(config)
     cut_time = parse_time(as_of) if as_of is not None else None
@@ -166,10 +167,10 @@ def replay(
     seeded = []
     for table, known in registry.items():
         if (
-            Path(known.mirror).exists()
+            location(known.mirror).exists()
             and (seq := _bootstrap_base(known, out, cut_seq, cut_time)) is not None
         ):
-            mirror = str(Path(engine.mirror_path(table)))
+            mirror = str(engine.mirror_path(table))
             seeded.append(
                 TableState(
                     *table,
@@ -198,7 +199,7 @@ def replay_mirror_version(
 
     from replicator.sinks.delta_rs import read_table
 
-    out = Path(out).resolve()
+    out = location(out).resolve()
     _check_target(out)
     live = State.of(config)
     at: Any = int(version) if version.strip().isdigit() and len(version.strip()) < 10 else parse_time(version)

@@ -50,15 +50,13 @@ class MirrorJob:
         suffixes: sources.scan_landing); log a warning with the counts and a few names at the start and
         whenever they change, and keep the newest for ``status``. Spark's file source lists the whole folder
         each trigger too; this walk is of the same order, without opening a file."""
-        from pathlib import Path
-
         from replicator.sources import scan_landing
 
         source = self.config.source
         if source.type != "files" or source.path is None:
             return
         try:
-            landing = scan_landing(Path(source.path), source.follow_symlinks)
+            landing = scan_landing(source.path, source.follow_symlinks)  # type: ignore[arg-type]
         except OSError as exc:  # a report only: Spark's own listing fails the batch if it must
             log.warning("landing folder not scanned", error=str(exc))
             return

@@ -4,7 +4,9 @@ Groups (``pom.xml`` beside this file, a Maven profile each, each its own class p
 
 * ``spark``: what a session adds to pyspark's jars: Spark's Kafka connector and Delta Lake for Spark;
 * ``kafka``: an Apache Kafka broker (KRaft), which the tests and ``make e2e`` start;
-* ``connect``: Kafka Connect with Debezium's MariaDB connector (``make e2e``).
+* ``connect``: Kafka Connect with Debezium's MariaDB connector (``make e2e``);
+* ``s3``: Hadoop's s3a file system and the AWS SDK modules it uses, for a session whose checkpoint, files
+  source or delta-spark mirrors are on S3 (docs/object-storage.md).
 
 ``make install`` runs ``replicator jars``, which copies them into ``<venv>/share/replicator/jars/<group>``
 (``REPLICATOR_JARS`` names another folder). A session that needs the spark group (a Kafka source, the
@@ -23,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-GROUPS = ("spark", "kafka", "connect")
+GROUPS = ("spark", "kafka", "connect", "s3")
 ENV = "REPLICATOR_JARS"
 POM = Path(__file__).with_name("pom.xml")
 # One Spark version for everything: pyproject.toml pins pyspark to it, and Delta 4.4 is built for it.
@@ -33,6 +35,9 @@ SPARK_PACKAGES = (
     f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}",
     f"io.delta:delta-spark_2.13:{DELTA_VERSION}",
 )
+HADOOP_VERSION = "3.5.0"  # pyspark's (its jars/hadoop-client-api-*.jar)
+# Spark's resolver cannot leave out hadoop-aws's 600 MB SDK bundle: the fallback fetches it once.
+S3_PACKAGES = (f"org.apache.hadoop:hadoop-aws:{HADOOP_VERSION}",)
 _STAMP = ".pom-sha256"
 _VERSIONED = re.compile(r"^(?P<artifact>.+?)-\d[\w.+-]*\.jar$")
 
@@ -68,6 +73,14 @@ def require(group: str) -> list[Path]:
 
 def classpath(group: str) -> str:
     return os.pathsep.join(str(p) for p in require(group))
+
+
+def s3_settings() -> dict[str, str]:
+    """What a session reaching S3 through s3a adds: the fetched jars, else Spark's resolver."""
+    found = jars("s3")
+    if found:
+        return {"spark.jars": ",".join(str(p) for p in found)}
+    return {"spark.jars.packages": ",".join(S3_PACKAGES)}
 
 
 def spark_settings() -> dict[str, str]:
@@ -112,7 +125,7 @@ def fetch(groups: tuple[str, ...] = GROUPS, mvn: str = "mvn") -> dict[str, int]:
             if done.returncode != 0:
                 errors = [line for line in done.stdout.splitlines() if "ERROR" in line][:3]
                 raise JarsMissing(f"Maven could not fetch the {group!r} jars: " + " | ".join(errors))
-            if group == "spark":
+            if group in ("spark", "s3"):
                 _drop_shipped(out)
             (out / _STAMP).write_text(_pom_digest())
             if target.exists():

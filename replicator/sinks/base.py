@@ -172,18 +172,32 @@ class MirrorWriter(ABC):
         """Delete the table (its whole directory)."""
         import shutil
 
+        from replicator.storage import ObjectPath, location
+
         forget(self.path)
-        shutil.rmtree(self.path, ignore_errors=True)
+        where = location(self.path)
+        if isinstance(where, ObjectPath):
+            where.rmtree()
+        else:
+            shutil.rmtree(self.path, ignore_errors=True)
 
     def move_to(self, path: str | Path) -> None:
-        """Move the table's directory to ``path`` (a renamed source table); the parent folder is created."""
+        """Move the table's directory to ``path`` (a renamed source table); the parent folder is created.
+        On an object store (no rename) its objects are copied, then the originals deleted: a crash between
+        the two leaves both, and the registry still names the original (the move is redone)."""
         import shutil
 
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        from replicator.storage import ObjectPath, location
+
+        target, source = location(path), location(self.path)
         forget(self.path)
         forget(str(target))
-        shutil.move(self.path, target)
+        if isinstance(source, ObjectPath) and isinstance(target, ObjectPath):
+            source.copy_tree_to(target)
+            source.rmtree()
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+        shutil.move(self.path, target)  # type: ignore[arg-type]
 
 
 # Tables whose folder was removed, moved or replaced in this process, so that a loaded state of the table
