@@ -302,6 +302,34 @@ class SchemaEvolutionConfig(_Model):
         return self.default
 
 
+class LimitsConfig(_Model):
+    """What one message may cost the job (docs/configuration.md, "Limits"): past a limit the message is a
+    dead letter naming the limit, so a forged or runaway message never stalls every table."""
+
+    columns: int = Field(
+        default=30_000,
+        ge=1,
+        description="the most columns one row image may carry (above every database's own limit: SQL "
+        "Server's wide tables hold 30,000, MySQL 4,096, PostgreSQL 1,600, Oracle 1,000)",
+    )
+    ddl_bytes: int = Field(
+        default=1024 * 1024, ge=1024, description="the longest DDL text (or tableChanges document), in bytes"
+    )
+    ddl_clauses: int = Field(
+        default=10_000,
+        ge=1,
+        description="the most clauses one DDL statement may have (ALTER's actions, CREATE's columns, keys)",
+    )
+    ddl_nesting: int = Field(
+        default=32, ge=1, description="the deepest nesting of parentheses in a DDL text (DEFAULT expressions)"
+    )
+    new_tables_per_batch: int = Field(
+        default=1_000,
+        ge=1,
+        description="the most tables one micro-batch may create; the events of the others are dead letters",
+    )
+
+
 class MetricsConfig(_Model):
     """A continuous job's figures for Prometheus (docs/operations.md, "Metrics")."""
 
@@ -334,6 +362,7 @@ class JobConfig(_Model):
     tombstones: TombstoneConfig = TombstoneConfig()
     spark: SparkConfig = SparkConfig()
     metrics: MetricsConfig | None = None
+    limits: LimitsConfig = LimitsConfig()
     config_file: Path | None = Field(default=None, exclude=True)
 
     def schema_policy(self, name: str) -> SchemaPolicy:

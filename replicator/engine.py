@@ -138,6 +138,10 @@ class Engine:
             zero_dates=config.source.zero_dates,
             avro_schema=config.source.avro_schema,
             max_decompressed_bytes=config.source.max_decompressed_bytes,
+            max_columns=config.limits.columns,
+            ddl_bytes=config.limits.ddl_bytes,
+            ddl_clauses=config.limits.ddl_clauses,
+            ddl_nesting=config.limits.ddl_nesting,
         )
         self.on_barrier = barrier_handler(config)
         self._background = ThreadPoolExecutor(1, thread_name_prefix="changelog")

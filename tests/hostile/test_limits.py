@@ -1,0 +1,71 @@
+"""What one message may cost (issue 48): a DDL text the parser cannot hold, a row wider than any table,
+a batch of many new tables. Each is that message's dead letter with its raw record, naming the limit; the
+other tables' rows of the batch are applied."""
+
+from __future__ import annotations
+
+import json
+
+from tests.helpers import Runner, canal, ddl, job, order
+
+ES = 1_700_000_000_000
+NESTED = "ALTER TABLE orders ADD COLUMN c int DEFAULT " + "(" * 40 + "1" + ")" * 40
+DEEP = "ALTER TABLE orders ADD COLUMN c int DEFAULT " + "(" * 300 + "1" + ")" * 300
+CLAUSES = "ALTER TABLE orders " + ", ".join(f"ADD COLUMN c{i} int" for i in range(20_000))
+
+
+def _dead(runner: Runner) -> dict[str, dict]:
+    return {row["error"]: row for row in runner.dead_letters()}
+
+
+def test_a_ddl_text_past_a_limit_is_its_dead_letter(spark, tmp_path):
+    runner = Runner(spark, job(tmp_path))
+    runner.messages(tmp_path, [canal("INSERT", [order(1)], es=ES)])
+    messages = [
+        canal("INSERT", [order(2)], es=ES + 1),
+        ddl("ALTER", NESTED, es=ES + 2),
+        ddl("ALTER", CLAUSES, es=ES + 3),
+        canal("INSERT", [order(3)], es=ES + 4),
+        canal("INSERT", [order(7)], es=ES + 5, table="items"),
+    ]
+    runner.messages(tmp_path, messages)
+    assert [r["id"] for r in runner.mirror()] == [1, 2, 3]
+    assert [r["id"] for r in runner.mirror(table="items")] == [7]
+    assert "c" not in runner.mirror()[0]
+    dead = _dead(runner)
+    nested = dead["the DDL text nests parentheses 40 deep, more than limits.ddl_nesting (32)"]
+    assert json.loads(nested["raw"])["sql"] == NESTED
+    assert (nested["database"], nested["table"]) == ("shop", "orders")
+    clauses = dead["the DDL text has 20000 clauses, more than limits.ddl_clauses (10000)"]
+    assert json.loads(clauses["raw"])["sql"] == CLAUSES
+
+
+def test_a_parser_error_of_any_kind_is_the_messages_dead_letter(spark, tmp_path):
+    """With the nesting allowed, sqlglot's RecursionError is the message's, not the batch's."""
+    runner = Runner(spark, job(tmp_path, limits={"ddl_nesting": 1000}))
+    messages = [
+        canal("INSERT", [order(1)], es=ES),
+        ddl("ALTER", DEEP, es=ES + 1),
+        canal("INSERT", [order(2)], es=ES + 2),
+        canal("INSERT", [order(7)], es=ES + 3, table="items"),
+    ]
+    runner.messages(tmp_path, messages)
+    assert [r["id"] for r in runner.mirror()] == [1, 2]
+    assert [r["id"] for r in runner.mirror(table="items")] == [7]
+    (dead,) = runner.dead_letters()
+    assert "RecursionError" in dead["error"] and "DDL not applied" in dead["error"]
+    assert json.loads(dead["raw"])["sql"] == DEEP
+
+
+def test_a_row_wider_than_limits_columns_is_its_dead_letter(spark, tmp_path):
+    runner = Runner(spark, job(tmp_path, limits={"columns": 50}))
+    types = {"id": "int(11)", **{f"c{i}": "int(11)" for i in range(60)}}
+    wide = canal("INSERT", [{"id": "9", **{f"c{i}": str(i) for i in range(60)}}], es=ES + 1, types=types)
+    runner.messages(
+        tmp_path, [canal("INSERT", [order(1)], es=ES), wide, canal("INSERT", [order(2)], es=ES + 2)]
+    )
+    assert [r["id"] for r in runner.mirror()] == [1, 2]
+    (dead,) = runner.dead_letters()
+    assert dead["error"] == "the row image has 61 columns, more than limits.columns (50)"
+    assert (dead["database"], dead["table"]) == ("shop", "orders")
+    assert json.loads(dead["raw"])["data"][0]["c59"] == "59"
