@@ -69,3 +69,26 @@ def test_a_row_wider_than_limits_columns_is_its_dead_letter(spark, tmp_path):
     assert dead["error"] == "the row image has 61 columns, more than limits.columns (50)"
     assert (dead["database"], dead["table"]) == ("shop", "orders")
     assert json.loads(dead["raw"])["data"][0]["c59"] == "59"
+
+
+def test_new_tables_past_the_limit_are_dead_letters_with_a_warning(spark, tmp_path):
+    from structlog.testing import capture_logs
+
+    runner = Runner(spark, job(tmp_path, limits={"new_tables_per_batch": 3}))
+    runner.messages(tmp_path, [canal("INSERT", [order(1)], es=ES)])  # shop.orders exists: not new
+    messages = [canal("INSERT", [order(2)], es=ES + 1)]
+    messages += [canal("INSERT", [order(i)], es=ES + 10 + i, table=f"t{i}") for i in range(5)]
+    with capture_logs() as logs:
+        runner.messages(tmp_path, messages)
+    lake = tmp_path / "lake" / "shop"
+    assert sorted(p.name for p in lake.iterdir()) == ["orders", "t0", "t1", "t2"]
+    assert [r["id"] for r in runner.mirror()] == [1, 2]
+    dead = sorted(runner.dead_letters(), key=lambda r: r["table"])
+    assert [r["table"] for r in dead] == ["t3", "t4"]
+    assert "more than limits.new_tables_per_batch (3)" in dead[0]["error"]
+    assert json.loads(dead[0]["raw"])["table"] == "t3"
+    (warning,) = [e for e in logs if "new_tables_per_batch" in e["event"]]
+    assert warning["log_level"] == "warning" and warning["refused"] == 2
+    # the next batch creates them (from new records, or a retry of the dead letters)
+    runner.messages(tmp_path, [canal("INSERT", [order(9)], es=ES + 30, table="t3")])
+    assert [r["id"] for r in runner.mirror(table="t3")] == [9]
