@@ -477,7 +477,20 @@ def parse_event(event: dict[str, Any]) -> list[SchemaChange]:
 
     The statement is read first (in the event's SQL dialect, then the other one); a structural
     ``tableChanges`` completes it (DeclareSchema after an ALTER) or replaces a statement that cannot be read.
+    Whatever the message holds, the outcome is changes or a :class:`DdlError` (the event's dead letter):
+    an exception of any other kind would stop the batch of every table (fuzz/decode.py, target ``ddl``).
     """
+    try:
+        return _parse_event(event)
+    except DdlError:
+        raise
+    except (RecursionError, MemoryError) as exc:
+        raise DdlError(f"cannot read the statement ({type(exc).__name__})") from None
+    except Exception as exc:  # e.g. {"renameCollection": "a"} without "to" (an IndexError, found by fuzzing)
+        raise DdlError(f"cannot read the statement ({type(exc).__name__}: {exc})") from None
+
+
+def _parse_event(event: dict[str, Any]) -> list[SchemaChange]:
     if event.get("op") == "truncate" or event.get("ddl_kind") == "TRUNCATE":
         if not event.get("ddl_sql"):
             return [TruncateTable()]

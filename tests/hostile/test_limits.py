@@ -48,13 +48,15 @@ def test_a_parser_error_of_any_kind_is_the_messages_dead_letter(spark, tmp_path)
         ddl("ALTER", DEEP, es=ES + 1),
         canal("INSERT", [order(2)], es=ES + 2),
         canal("INSERT", [order(7)], es=ES + 3, table="items"),
+        ddl("RENAME", '{"renameCollection": "shop.orders"}', es=ES + 4),  # no "to" (found by fuzz/ddl)
     ]
     runner.messages(tmp_path, messages)
     assert [r["id"] for r in runner.mirror()] == [1, 2]
     assert [r["id"] for r in runner.mirror(table="items")] == [7]
-    (dead,) = runner.dead_letters()
-    assert "RecursionError" in dead["error"] and "DDL not applied" in dead["error"]
-    assert json.loads(dead["raw"])["sql"] == DEEP
+    dead = sorted(runner.dead_letters(), key=lambda r: "IndexError" in r["error"])
+    assert [json.loads(r["raw"])["sql"] for r in dead] == [DEEP, '{"renameCollection": "shop.orders"}']
+    assert "RecursionError" in dead[0]["error"] and "DDL not applied" in dead[0]["error"]
+    assert "IndexError" in dead[1]["error"] and "DDL not applied" in dead[1]["error"]
 
 
 def test_a_row_wider_than_limits_columns_is_its_dead_letter(spark, tmp_path):
