@@ -58,8 +58,8 @@ soak: install ## long randomized runs: many hypothesis examples through the real
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 
 # Coverage-guided fuzzing (atheris) of the decode entry point, one target per dialect, `auto` and `ddl` (the
-# DDL parser), each for
-# FUZZ_SECONDS; work files and any failing input in fuzz-out/<dialect>/ (docs/operations.md, "Fuzzing").
+# DDL parser), each for FUZZ_SECONDS; work files and any failing input in fuzz-out/<dialect>/
+# (docs/operations.md, "Fuzzing").
 FUZZ_SECONDS ?= 60
 fuzz: install ## fuzz every dialect's decoding for FUZZ_SECONDS each (default 60)
 	$(BIN)/python fuzz/decode.py --dialect all --seconds $(FUZZ_SECONDS)
