@@ -312,8 +312,11 @@ class LimitsConfig(_Model):
         description="the most columns one row image may carry (above every database's own limit: SQL "
         "Server's wide tables hold 30,000, MySQL 4,096, PostgreSQL 1,600, Oracle 1,000)",
     )
-    ddl_bytes: int = Field(
-        default=1024 * 1024, ge=1024, description="the longest DDL text (or tableChanges document), in bytes"
+    ddl_bytes: int = Field(default=1024 * 1024, ge=1024, description="the longest DDL text, in bytes")
+    table_changes_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1024,
+        description="the longest tableChanges document (Debezium, CloudCanal: about 300 bytes a column)",
     )
     ddl_clauses: int = Field(
         default=10_000,

@@ -140,6 +140,7 @@ class Engine:
             max_decompressed_bytes=config.source.max_decompressed_bytes,
             max_columns=config.limits.columns,
             ddl_bytes=config.limits.ddl_bytes,
+            table_changes_bytes=config.limits.table_changes_bytes,
             ddl_clauses=config.limits.ddl_clauses,
             ddl_nesting=config.limits.ddl_nesting,
         )

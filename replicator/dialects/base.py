@@ -73,6 +73,7 @@ class DecodeOptions:
     # limits.* of the job file (config.LimitsConfig; replicator.dialects.guards)
     max_columns: int = 30_000
     ddl_bytes: int = 1024 * 1024
+    table_changes_bytes: int = 16 * 1024 * 1024
     ddl_clauses: int = 10_000
     ddl_nesting: int = 32
 

@@ -3,7 +3,8 @@
 Checked where the events are decoded, on every dialect's rows at once, so that nothing downstream (the
 driver's planning of barriers, the apply) ever reads such a message: a row image wider than
 ``limits.columns`` (its apply's cost grows with its columns), a DDL text longer, with more clauses or nested
-deeper than ``limits.ddl_*`` (sqlglot's time grows with the clauses and its recursion with the nesting).
+deeper than ``limits.ddl_*`` (sqlglot's time grows with the clauses and its recursion with the nesting), a
+tableChanges document longer than ``limits.table_changes_bytes``.
 Every event of the message becomes an error row with the raw record, as a decoder's own ``Events.fail``.
 """
 
@@ -43,15 +44,22 @@ def _refusals(events: pa.Table, options: DecodeOptions) -> dict[int, str]:
                 f"the row image has {widest[i].as_py()} columns, more than limits.columns "
                 f"({options.max_columns})"
             )
-    for name in ("ddl_sql", "table_changes"):
-        texts = events[name]
-        if texts.null_count == len(texts):
-            continue
+    texts = events["ddl_sql"]
+    if texts.null_count < len(texts):
         for i in pc.indices_nonzero(pc.and_(ok, pc.is_valid(texts))).to_pylist():
-            text = texts[i].as_py()
-            why = oversized(text, options.ddl_bytes, options.ddl_clauses, options.ddl_nesting)
+            why = oversized(texts[i].as_py(), options.ddl_bytes, options.ddl_clauses, options.ddl_nesting)
             if why is not None:
-                reasons.setdefault(i, why if name == "ddl_sql" else f"tableChanges: {why}")
+                reasons.setdefault(i, why)
+    # A tableChanges document is JSON, read in one linear pass: only its length is bounded.
+    documents = events["table_changes"]
+    if documents.null_count < len(documents):
+        limit = options.table_changes_bytes
+        sizes = pc.fill_null(pc.binary_length(documents), 0)
+        for i in pc.indices_nonzero(pc.and_(ok, pc.greater(sizes, limit))).to_pylist():
+            reasons.setdefault(
+                i, f"the tableChanges document is {sizes[i].as_py()} bytes, more than "
+                f"limits.table_changes_bytes ({limit})",
+            )  # fmt: skip
     return reasons
 
 

@@ -94,3 +94,27 @@ def test_new_tables_past_the_limit_are_dead_letters_with_a_warning(spark, tmp_pa
     # the next batch creates them (from new records, or a retry of the dead letters)
     runner.messages(tmp_path, [canal("INSERT", [order(9)], es=ES + 30, table="t3")])
     assert [r["id"] for r in runner.mirror(table="t3")] == [9]
+
+
+def test_a_tablechanges_document_is_bounded_by_its_length_only():
+    """tableChanges is JSON (commas everywhere, no parentheses): the DDL clause count does not apply."""
+    import pyarrow as pa
+
+    from replicator.dialects.base import DecodeOptions, decode
+
+    columns = [{"name": f"c{i}", "typeName": "INT", "position": i, "optional": True} for i in range(4096)]
+    document = json.dumps(
+        [{"type": "CREATE", "table": {"columns": columns, "primaryKeyColumnNames": ["c0"]}}]
+    )
+    message = {**ddl("CREATE", "CREATE TABLE t (c0 int)", es=ES, table="t"), "tableChanges": document}
+    raw = json.dumps(message).encode()
+    records = pa.table({"raw": [raw], "source": ["m.jsonl"], "partition": [0], "offset": [1]})
+    kept = decode(records, "canal-json", DecodeOptions())
+    assert kept["error"].to_pylist() == [None] and kept["table_changes"].to_pylist() == [document]
+    small = DecodeOptions(table_changes_bytes=len(document) - 1)
+    refused = decode(records, "canal-json", small)
+    assert refused["error"].to_pylist() == [
+        f"the tableChanges document is {len(document)} bytes, more than limits.table_changes_bytes "
+        f"({len(document) - 1})"
+    ]
+    assert refused["raw"].to_pylist() == [raw]
