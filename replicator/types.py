@@ -447,6 +447,18 @@ _NUMBER = re.compile(r"([+-]?)(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?")
 _INTEGER = re.compile(r"(-?)(\d+)")  # what Arrow's text -> integer cast reads (no "+", no exponent)
 
 
+def _has_x(values: pa.Array) -> bool:
+    """Whether an "x" or "X" is anywhere in the texts' bytes: one NumPy pass over the data buffer, so that
+    a column of plain integers (the hot path) runs no per-value kernel for hexadecimal text."""
+    from replicator.model import text_buffers
+
+    starts, data = text_buffers(values)
+    if len(starts) == 0:
+        return False
+    data = data[starts[0] : starts[-1]]
+    return bool(np.any((data | 0x20) == ord("x")))
+
+
 def _exact_numbers(values: pa.Array, target: pa.DataType) -> tuple[pa.Array, list[int]]:
     """Rows Arrow's cast cannot be trusted with (long text, exponents) -> their canonical short text, or
     NULL and their row index when the number does not fit ``target`` (or is not a number)."""
@@ -461,7 +473,7 @@ def _exact_numbers(values: pa.Array, target: pa.DataType) -> tuple[pa.Array, lis
             suspect = pc.or_(suspect, pc.greater(pc.utf8_length(whole), target.precision - target.scale))
         exponent = pc.or_(pc.match_substring(trimmed, "e"), pc.match_substring(trimmed, "E"))
         suspect = pc.or_(suspect, exponent)
-    else:  # Arrow's integer cast reads "0x10" as 16: only decimal digits are an integer (_INTEGER)
+    elif _has_x(values):  # Arrow's integer cast reads "0x10" as 16: only decimal digits are (_INTEGER)
         hexadecimal = pc.or_(pc.match_substring(trimmed, "x"), pc.match_substring(trimmed, "X"))
         suspect = pc.or_(suspect, hexadecimal)
     suspect = pc.fill_null(suspect, False)
