@@ -75,8 +75,9 @@ soak: install ## long randomized runs: many hypothesis examples through the real
 	  tests/test_properties.py tests/test_bad_input.py tests/test_crash.py
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 
-# Coverage-guided fuzzing (atheris) of the decode entry point, one target per dialect and `auto`, each for
-# FUZZ_SECONDS; work files and any failing input in fuzz-out/<dialect>/ (docs/operations.md, "Fuzzing").
+# Coverage-guided fuzzing (atheris) of the decode entry point, one target per dialect, `auto` and `ddl` (the
+# DDL parser), each for FUZZ_SECONDS; work files and any failing input in fuzz-out/<dialect>/
+# (docs/operations.md, "Fuzzing").
 FUZZ_SECONDS ?= 60
 fuzz: install ## fuzz every dialect's decoding for FUZZ_SECONDS each (default 60)
 	$(BIN)/python fuzz/decode.py --dialect all --seconds $(FUZZ_SECONDS)

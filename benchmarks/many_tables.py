@@ -8,6 +8,10 @@ per-table work is the delta-rs MERGE and state commits, run in a thread pool. No
 runs it, results in benchmarks/LOG.md:
 
     python benchmarks/many_tables.py [--events 100000] [--tables 200]
+
+``--new-tables N``: the cost of creating a table instead (limits.new_tables_per_batch bounds how many one
+batch may create): one batch of N events, each a table of its own that has no mirror yet; prints the
+batch's time per new table.
 """
 
 from __future__ import annotations
@@ -36,12 +40,24 @@ def write(folder: Path, count: int, tables: int) -> None:
             f.write(orjson.dumps(message) + b"\n")
 
 
-def run_once(spark, work: Path, count: int, tables: int) -> dict:  # type: ignore[no-untyped-def]
+def write_new(folder: Path, tables: int) -> None:
+    """One event per table, each table new."""
+    folder.mkdir(parents=True)
+    with (folder / "events.jsonl").open("wb") as f:
+        for i, message in enumerate(events(tables, tables)):
+            message["table"] = f"n{i:06d}"
+            f.write(orjson.dumps(message) + b"\n")
+
+
+def run_once(spark, work: Path, count: int, tables: int, new: bool = False) -> dict:  # type: ignore[no-untyped-def]
     from replicator.commands.runner import MirrorJob
     from replicator.config import parse_config
 
     shutil.rmtree(work, ignore_errors=True)
-    write(work / "landing", count, tables)
+    if new:
+        write_new(work / "landing", tables)
+    else:
+        write(work / "landing", count, tables)
     config = parse_config(
         {
             "name": f"many-{tables}",
@@ -77,6 +93,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--tables", type=int, default=200)
+    parser.add_argument("--new-tables", type=int, default=0, help="measure creating N tables in one batch")
     parser.add_argument("--workdir", default=str(REPO / "bench-out" / "many-tables"))
     args = parser.parse_args()
     from replicator.spark import get_spark
@@ -84,6 +101,12 @@ def main() -> None:
     spark = get_spark()
     root = Path(args.workdir)
     run_once(spark, root / "warmup", 1000, 2)
+    if args.new_tables:
+        run = run_once(spark, root / f"new{args.new_tables}", args.new_tables, args.new_tables, new=True)
+        run["ms_per_new_table"] = round(run["batch_ms"] / run["tables_written"], 1)
+        print(json.dumps(run, indent=1))
+        (root / "new-tables.json").write_text(json.dumps(run, indent=1))
+        return
     runs = [run_once(spark, root / f"t{n}", args.events, n) for n in (1, args.tables)]
     result = {"runs": runs, "ratio": round(runs[1]["batch_ms"] / runs[0]["batch_ms"], 2)}
     print(json.dumps(result, indent=1))

@@ -8,6 +8,7 @@ record. The corpus starts from the golden fixtures (tests/fixtures/<dialect>/: e
 
     python fuzz/decode.py --dialect canal-json --seconds 60     # one target (libFuzzer, in this process)
     python fuzz/decode.py --dialect all --seconds 60            # every target in turn (make fuzz)
+    python fuzz/decode.py --dialect ddl --seconds 60            # the DDL parser (replicator.ddl)
     python fuzz/decode.py --dialect canal-json fuzz-out/canal-json/crash-...   # replay one input
 
 Work files go to fuzz-out/<dialect>/ (corpus/, and crash-*/timeout-*/oom-* inputs). A crash found becomes
@@ -31,17 +32,38 @@ MAX_LEN = 65_536  # 64 KB inputs: deep nesting and 10,000-digit numbers fit
 TIMEOUT_S = 10  # one input taking longer is a hang
 RSS_LIMIT_MB = 2_048
 DICTIONARY = Path(__file__).resolve().parent / "json.dict"  # JSON's tokens, for the JSON dialects
+SQL_DICTIONARY = Path(__file__).resolve().parent / "sql.dict"  # DDL's tokens, for the ddl target
+# The ddl target's seeds: statements of each kind replicator.ddl reads (MySQL and PostgreSQL), a MongoDB
+# command, and the shapes issue 48 found (a DEFAULT nested 40 deep).
+DDL_SEEDS = [
+    "CREATE TABLE `shop`.`orders` (`id` int(11) NOT NULL, `amount` decimal(12,2) DEFAULT '0.00', "
+    "`ts` datetime(3), PRIMARY KEY (`id`)) ENGINE=InnoDB",
+    'CREATE TABLE "public"."t" (id serial PRIMARY KEY, at timestamp(6) without time zone, v numeric)',
+    "ALTER TABLE t ADD COLUMN c varchar(10) NOT NULL DEFAULT 'x', DROP COLUMN d, MODIFY e bigint unsigned",
+    "ALTER TABLE t CHANGE a b int, RENAME COLUMN x TO y, ADD PRIMARY KEY (a, b), ADD INDEX i (c)",
+    "ALTER TABLE t ALTER COLUMN c TYPE numeric(20,4), ALTER COLUMN d SET DEFAULT now()",
+    "ALTER TABLE t RENAME TO u",
+    "RENAME TABLE a TO b, `c`.`d` TO `e`.`f`",
+    "DROP TABLE IF EXISTS a, b",
+    "TRUNCATE TABLE t",
+    "CREATE INDEX i ON t (a)",
+    "DROP DATABASE d",
+    '{"renameCollection": "db.a", "to": "db.b"}',
+    "ALTER TABLE t ADD COLUMN c int DEFAULT " + "(" * 40 + "1" + ")" * 40,
+]
 
 
 def dialects() -> list[str]:
     sys.path.insert(0, str(REPO))
     from replicator.dialects.base import dialect_names
 
-    return [*dialect_names(), "auto"]
+    return [*dialect_names(), "auto", "ddl"]
 
 
 def seeds(dialect: str) -> list[bytes]:
-    """The fixture inputs of a dialect (``auto``: of every JSON dialect)."""
+    """The fixture inputs of a dialect (``auto``: of every JSON dialect; ``ddl``: DDL_SEEDS)."""
+    if dialect == "ddl":
+        return [text.encode() for text in DDL_SEEDS]
     folders = (
         [p for p in sorted(FIXTURES.iterdir()) if p.is_dir() and p.name not in ("ddl", "dts-avro")]
         if dialect == "auto"
@@ -77,11 +99,39 @@ def records(data: bytes, binary: bool):  # type: ignore[no-untyped-def]
 def get_binary(dialect: str) -> bool:
     from replicator.dialects.base import get_dialect
 
-    return dialect != "auto" and get_dialect(dialect).binary
+    return dialect not in ("auto", "ddl") and get_dialect(dialect).binary
+
+
+def ddl_target():  # type: ignore[no-untyped-def]
+    """Any text as a DDL event's statement (MySQL and PostgreSQL) -> schema changes or a DdlError, never
+    another exception; a text past the default limits (config.LimitsConfig) is refused before the parser,
+    as the decode does (dialects.guards)."""
+    import logging
+
+    from replicator import ddl
+    from replicator.config import LimitsConfig
+
+    limits = LimitsConfig()
+    logging.getLogger("sqlglot").setLevel(logging.ERROR)  # its warning per unsupported statement
+
+    def one_input(data: bytes) -> None:
+        text = data.decode("utf-8", "replace")
+        if ddl.oversized(text, limits.ddl_bytes, limits.ddl_clauses, limits.ddl_nesting) is not None:
+            return
+        for schema in (None, "public"):
+            event = {"op": "ddl", "ddl_kind": "ALTER", "ddl_sql": text, "schema": schema}
+            try:
+                ddl.parse_event(event)
+            except ddl.DdlError:
+                pass
+
+    return one_input
 
 
 def target(dialect: str):  # type: ignore[no-untyped-def]
     """The function libFuzzer calls with each input."""
+    if dialect == "ddl":
+        return ddl_target()
     from replicator.dialects.base import decode
     from replicator.dialects.events import decoded_schema
 
@@ -102,7 +152,8 @@ def fuzz(dialect: str, seconds: int, extra: list[str]) -> None:
     """Run libFuzzer on one target in this process (atheris exits the process when it is done)."""
     import atheris
 
-    with atheris.instrument_imports(include=["replicator"]):
+    with atheris.instrument_imports(include=["replicator", *(["sqlglot"] if dialect == "ddl" else [])]):
+        import replicator.ddl
         import replicator.dialects  # every dialect's module, instrumented
         import replicator.dialects.base  # noqa: F401
     one_input = target(dialect)
@@ -124,7 +175,7 @@ def fuzz(dialect: str, seconds: int, extra: list[str]) -> None:
             f"-max_len={MAX_LEN}",
             f"-artifact_prefix={folder}/",
             "-print_final_stats=1",
-            *([] if get_binary(dialect) else [f"-dict={DICTIONARY}"]),
+            *([] if get_binary(dialect) else [f"-dict={SQL_DICTIONARY if dialect == 'ddl' else DICTIONARY}"]),
             *extra,
         ]
     )

@@ -390,6 +390,37 @@ class SchemaEvolutionConfig(_Model):
         return self.default
 
 
+class LimitsConfig(_Model):
+    """What one message may cost the job (docs/configuration.md, "Limits"): past a limit the message is a
+    dead letter naming the limit, so a forged or runaway message never stalls every table."""
+
+    columns: int = Field(
+        default=30_000,
+        ge=1,
+        description="the most columns one row image may carry (above every database's own limit: SQL "
+        "Server's wide tables hold 30,000, MySQL 4,096, PostgreSQL 1,600, Oracle 1,000)",
+    )
+    ddl_bytes: int = Field(default=1024 * 1024, ge=1024, description="the longest DDL text, in bytes")
+    table_changes_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1024,
+        description="the longest tableChanges document (Debezium, CloudCanal: about 300 bytes a column)",
+    )
+    ddl_clauses: int = Field(
+        default=10_000,
+        ge=1,
+        description="the most clauses one DDL statement may have (ALTER's actions, CREATE's columns, keys)",
+    )
+    ddl_nesting: int = Field(
+        default=32, ge=1, description="the deepest nesting of parentheses in a DDL text (DEFAULT expressions)"
+    )
+    new_tables_per_batch: int = Field(
+        default=10_000,
+        ge=1,
+        description="the most tables one micro-batch may create; the events of the others are dead letters",
+    )
+
+
 class MetricsConfig(_Model):
     """A continuous job's figures for Prometheus (docs/operations.md, "Metrics")."""
 
@@ -501,6 +532,9 @@ class JobConfig(_Model):
     )
     storage: StorageConfig = Field(
         default=StorageConfig(), description="object-store access for s3:// paths (docs/object-storage.md)"
+    )
+    limits: LimitsConfig = Field(
+        default=LimitsConfig(), description="what one message may cost the job (docs/configuration.md, Limits)"
     )
     config_file: Path | None = Field(default=None, exclude=True)
 

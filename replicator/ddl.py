@@ -73,6 +73,7 @@ __all__ = [
     "TableRef",
     "TruncateTable",
     "event_dialect",
+    "oversized",
     "parse_ddl",
     "parse_event",
     "parse_table_changes",
@@ -292,8 +293,59 @@ def _statement(node: Any, sql: str, dialect: Dialect) -> list[SchemaChange]:
     raise DdlError(f"not a table DDL statement ({type(node).__name__})")
 
 
+# What costs sqlglot time, read without it: quoted text (skipped), parentheses and commas.
+_STRUCTURE = re.compile(r"\\.|['\"`(),]")
+
+
+def shape(sql: str) -> tuple[int, int]:
+    """(clauses, nesting) of a statement, in one linear pass: the commas outside parentheses and inside the
+    first level (ALTER's clauses, CREATE's column definitions) plus one, and the deepest parenthesis; quoted
+    text counts for neither."""
+    clauses, depth, deepest, quote = 1, 0, 0, ""
+    for match in _STRUCTURE.finditer(sql):
+        char = match.group()
+        if quote:
+            if char == quote:
+                quote = ""
+        elif char in "'\"`":
+            quote = char
+        elif char == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == ")":
+            depth = max(depth - 1, 0)
+        elif char == ",":
+            clauses += depth <= 1
+    return clauses, deepest
+
+
+def oversized(text: str, max_bytes: int, max_clauses: int, max_nesting: int) -> str | None:
+    """Which limit (job file ``limits``) a DDL text exceeds, or None: checked before sqlglot reads it, whose
+    time grows with the clauses (20,000 ADD COLUMN: seconds) and whose recursion the nesting exhausts."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        return f"the DDL text is {size} bytes, more than limits.ddl_bytes ({max_bytes})"
+    clauses, nesting = shape(text)
+    if clauses > max_clauses:
+        return f"the DDL text has {clauses} clauses, more than limits.ddl_clauses ({max_clauses})"
+    if nesting > max_nesting:
+        return f"the DDL text nests parentheses {nesting} deep, more than limits.ddl_nesting ({max_nesting})"
+    return None
+
+
 @lru_cache(maxsize=1024)
 def _parse_sql(sql: str, dialect: Dialect) -> tuple[SchemaChange, ...]:
+    try:
+        return _read_sql(sql, dialect)
+    except DdlError:
+        raise
+    except (RecursionError, MemoryError) as exc:  # a statement sqlglot cannot hold (nested too deeply)
+        raise DdlError(f"sqlglot ({dialect}) cannot read the statement ({type(exc).__name__})") from None
+    except Exception as exc:  # a shape the reading here did not foresee: the message's, never the job's
+        raise DdlError(f"cannot read the statement ({type(exc).__name__}: {exc})") from None
+
+
+def _read_sql(sql: str, dialect: Dialect) -> tuple[SchemaChange, ...]:
     import sqlglot
     from sqlglot import exp
     from sqlglot.errors import ErrorLevel, SqlglotError
@@ -344,6 +396,17 @@ def parse_table_changes(text: str | dict[str, Any] | list[Any]) -> list[SchemaCh
         data = json.loads(text) if isinstance(text, str) else text
     except json.JSONDecodeError as exc:
         raise DdlError(f"tableChanges is not JSON: {exc}") from None
+    except RecursionError:
+        raise DdlError("tableChanges is nested too deeply") from None
+    try:
+        return _table_changes(data)
+    except DdlError:
+        raise
+    except Exception as exc:  # a column without a name, a list where an object belongs, ...
+        raise DdlError(f"cannot read tableChanges ({type(exc).__name__}: {exc})") from None
+
+
+def _table_changes(data: Any) -> list[SchemaChange]:
     items = data if isinstance(data, list) else [data]
     changes: list[SchemaChange] = []
     for item in items:
@@ -381,6 +444,8 @@ def _mongo_command(text: str) -> list[SchemaChange]:
         command = json.loads(text)
     except json.JSONDecodeError as exc:
         raise DdlError(f"MongoDB command is not JSON: {exc}") from None
+    except RecursionError:
+        raise DdlError("MongoDB command is nested too deeply") from None
     if not isinstance(command, dict) or not command:
         raise DdlError("MongoDB command: expected a non-empty object")
     name, value = next(iter(command.items()))
@@ -413,7 +478,20 @@ def parse_event(event: dict[str, Any]) -> list[SchemaChange]:
 
     The statement is read first (in the event's SQL dialect, then the other one); a structural
     ``tableChanges`` completes it (DeclareSchema after an ALTER) or replaces a statement that cannot be read.
+    Whatever the message holds, the outcome is changes or a :class:`DdlError` (the event's dead letter):
+    an exception of any other kind would stop the batch of every table (fuzz/decode.py, target ``ddl``).
     """
+    try:
+        return _parse_event(event)
+    except DdlError:
+        raise
+    except (RecursionError, MemoryError) as exc:
+        raise DdlError(f"cannot read the statement ({type(exc).__name__})") from None
+    except Exception as exc:  # e.g. {"renameCollection": "a"} without "to" (an IndexError, found by fuzzing)
+        raise DdlError(f"cannot read the statement ({type(exc).__name__}: {exc})") from None
+
+
+def _parse_event(event: dict[str, Any]) -> list[SchemaChange]:
     if event.get("op") == "truncate" or event.get("ddl_kind") == "TRUNCATE":
         if not event.get("ddl_sql"):
             return [TruncateTable()]

@@ -140,6 +140,11 @@ class Engine:
             zero_dates=config.source.zero_dates,
             avro_schema=config.source.avro_schema,
             max_decompressed_bytes=config.source.max_decompressed_bytes,
+            max_columns=config.limits.columns,
+            ddl_bytes=config.limits.ddl_bytes,
+            table_changes_bytes=config.limits.table_changes_bytes,
+            ddl_clauses=config.limits.ddl_clauses,
+            ddl_nesting=config.limits.ddl_nesting,
         )
         self.on_barrier = barrier_handler(config)
         self._background = ThreadPoolExecutor(1, thread_name_prefix="changelog")
@@ -572,6 +577,8 @@ class Engine:
         new = [t for t in tables if t not in registry and t not in refused]
         if not new:
             return refused
+        refused.update(self._past_new_tables(new))
+        new = [t for t in new if t not in refused]
         # Folders as tuples of components under target.path: a nesting is a proper prefix (no file system
         # call per pair: a first batch may bring thousands of tables).
         root = str(self.config.target.path)
@@ -597,6 +604,32 @@ class Engine:
                     f"mirror of {table_label(other)} under target.path; its events cannot be mirrored"
                 )
         return refused
+
+    def _past_new_tables(self, new: list[TableId]) -> dict[TableId, str]:
+        """The new tables (no mirror yet, selected) past ``limits.new_tables_per_batch``, in name order (the
+        same ones on every run of the batch): each costs a mirror's creation and its state commits, so a
+        forged batch of 100,000 tables would hold every table's changes for hours."""
+        limit = self.config.limits.new_tables_per_batch
+        tables = self.config.tables
+        selected = sorted(
+            (t for t in new if tables.selected(f"{t[0]}.{t[2]}") or tables.routed_target(table_label(t))),
+            key=lambda t: (t[0], t[1] or "", t[2]),
+        )
+        if len(selected) <= limit:
+            return {}
+        past = selected[limit:]
+        log.warning(
+            "new tables past limits.new_tables_per_batch: their events are dead letters",
+            limit=limit,
+            new_tables=len(selected),
+            refused=len(past),
+            first_refused=[table_label(t) for t in past[:5]],
+        )
+        why = (
+            f"one of {len(selected)} new tables in this batch, more than limits.new_tables_per_batch "
+            f"({limit}): not created; retry the dead letters (replicator dead-letters retry) to create it"
+        )
+        return {t: f"table {table_label(t)}: {why}" for t in past}
 
     def _apply_tables(self, batch: BatchWork, keys: dict[TableId, list[str]]) -> list[TableResult]:
         folded, by_table, links, types = batch.folded, batch.by_table, batch.links, batch.types

@@ -148,12 +148,15 @@ def map_values(maps: Any, names: Any) -> list[Any]:
     uniform = _uniform_layout(maps)
     if uniform is not None:  # every image the same keys in the same order: each name's values by position
         starts, pattern, usable = uniform
+        places: dict[str, int] = {}
+        for i, name in enumerate(pattern):  # (a repeated key: its first entry, as map_lookup "first")
+            places.setdefault(name, i)
         out = []
         for name in names:
-            if name not in pattern:
+            if name not in places:
                 out.append(pa.nulls(n, maps.type.item_type))
                 continue
-            at = starts + pattern.index(name)  # (a repeated key: its first entry, as map_lookup "first")
+            at = starts + places[name]
             out.append(maps.items.take(pa.array(at, mask=~usable)))
         return out
     entries, parents = map_entries(maps)

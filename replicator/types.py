@@ -10,6 +10,7 @@ reported with its row index and never becomes NULL.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -391,7 +392,39 @@ def parse_values(
     if bad:
         items = original.to_pylist()
         errors.extend(ValueError_(i, f"value {shown(items[i])} does not fit {target}") for i in bad)
+    if pa.types.is_date(target) or pa.types.is_timestamp(target):
+        typed, outside = _readable_years(typed, target)
+        if outside:
+            items = original.to_pylist()
+            errors.extend(
+                ValueError_(i, f"value {shown(items[i])} is outside the years 1 to 9999 Delta readers read")
+                for i in outside
+            )
     return typed, errors
+
+
+# Years 1..9999: what a Delta table's readers read (Python's datetime, hence deltalake's to_pylist and
+# pandas, fail on the whole column with "year 0 is out of range"); Arrow's cast reads "0000-01-01".
+_FIRST_DAY = (dt.date(1, 1, 1) - dt.date(1970, 1, 1)).days
+_LAST_DAY = (dt.date(9999, 12, 31) - dt.date(1970, 1, 1)).days
+_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
+
+
+def _readable_years(typed: pa.Array, target: pa.DataType) -> tuple[pa.Array, list[int]]:
+    """Dates and timestamps outside years 1..9999 (in UTC) -> NULL and their rows (two comparisons over the
+    column's integers; nothing more where all are inside)."""
+    if pa.types.is_date32(target):
+        numbers, first, last = typed.view(pa.int32()), _FIRST_DAY, _LAST_DAY
+    elif pa.types.is_timestamp(target) and target.unit != "ns":  # ns reaches years 1677..2262 only
+        per_day = _PER_DAY[target.unit]
+        numbers, first, last = typed.view(pa.int64()), _FIRST_DAY * per_day, (_LAST_DAY + 1) * per_day - 1
+    else:
+        return typed, []
+    outside = pc.fill_null(pc.or_(pc.less(numbers, first), pc.greater(numbers, last)), False)
+    if not pc.any(outside).as_py():
+        return typed, []
+    rows = pc.indices_nonzero(outside).to_pylist()
+    return pc.if_else(outside, pa.scalar(None, target), typed), rows
 
 
 def shown(value: str | None, limit: int = 60) -> str:
@@ -414,6 +447,18 @@ _NUMBER = re.compile(r"([+-]?)(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?")
 _INTEGER = re.compile(r"(-?)(\d+)")  # what Arrow's text -> integer cast reads (no "+", no exponent)
 
 
+def _has_x(values: pa.Array) -> bool:
+    """Whether an "x" or "X" is anywhere in the texts' bytes: one NumPy pass over the data buffer, so that
+    a column of plain integers (the hot path) runs no per-value kernel for hexadecimal text."""
+    from replicator.model import text_buffers
+
+    starts, data = text_buffers(values)
+    if len(starts) == 0:
+        return False
+    data = data[starts[0] : starts[-1]]
+    return bool(np.any((data | 0x20) == ord("x")))
+
+
 def _exact_numbers(values: pa.Array, target: pa.DataType) -> tuple[pa.Array, list[int]]:
     """Rows Arrow's cast cannot be trusted with (long text, exponents) -> their canonical short text, or
     NULL and their row index when the number does not fit ``target`` (or is not a number)."""
@@ -428,6 +473,9 @@ def _exact_numbers(values: pa.Array, target: pa.DataType) -> tuple[pa.Array, lis
             suspect = pc.or_(suspect, pc.greater(pc.utf8_length(whole), target.precision - target.scale))
         exponent = pc.or_(pc.match_substring(trimmed, "e"), pc.match_substring(trimmed, "E"))
         suspect = pc.or_(suspect, exponent)
+    elif _has_x(values):  # Arrow's integer cast reads "0x10" as 16: only decimal digits are (_INTEGER)
+        hexadecimal = pc.or_(pc.match_substring(trimmed, "x"), pc.match_substring(trimmed, "X"))
+        suspect = pc.or_(suspect, hexadecimal)
     suspect = pc.fill_null(suspect, False)
     if not pc.any(suspect).as_py():
         return values, []

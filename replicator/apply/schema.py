@@ -525,6 +525,8 @@ def _(change: ddl.RenameTable, ctx: Context) -> None:
         # in this barrier must find the rename done rather than re-create the old name from this batch's rows.
         ctx.applier.record_state()
     elif ctx.table == new:
+        if ctx.handler.refused(ctx.seq_text, new):  # the old name's barrier refused it: one dead letter
+            return
         moved = ctx.handler.take_moved(ctx.seq_text, new)
         if moved is None:  # the old name had nothing in this batch: move it from the registry
             previous = ctx.applier.state.tables().get(old) or TableState(
@@ -594,6 +596,7 @@ class BarrierHandler:
     def __init__(self, config: JobConfig) -> None:
         self.config = config
         self._moved: dict[tuple[str, TableId], TableState] = {}
+        self._refused: set[tuple[str, TableId]] = set()  # renames onto a live mirror (seq_text, new)
         self._lock = threading.Lock()
 
     def __call__(self, applier: TableApplier, event: dict[str, Any]) -> None:
@@ -668,6 +671,7 @@ class BarrierHandler:
             registry.check_mirror(new, target_path, "move a mirror to")
             target = writer(target_path)
             if target.exists():  # a table kept under that name (lenient drop): set it aside, never lose it
+                self._refuse_live(ctx, old, new)
                 target.move_to(paths.beside(target_path, f".replaced-{ctx.seq_text or 'unknown'}"))
             source.move_to(target_path)
             writer(target_path).describe(paths.description(new))
@@ -683,6 +687,25 @@ class BarrierHandler:
             with self._lock:
                 self._moved[(ctx.seq_text, new)] = moved
         return moved
+
+    def _refuse_live(self, ctx: Context, old: TableId, new: TableId) -> None:
+        """A rename onto a name whose mirror is live (not dropped) is refused, as the source databases
+        refuse it (MySQL: "Table ... already exists"): such a message is forged or out of order, and moving
+        the live mirror aside would make the name hold another table's rows."""
+        kept = ctx.applier.state.tables().get(new)
+        if kept is not None and kept.dropped:
+            return
+        with self._lock:
+            self._refused.add((ctx.seq_text, new))
+        raise SchemaApplyError(
+            f"RENAME TABLE {table_label(old)} TO {table_label(new)} refused: {table_label(new)} exists and "
+            "is not dropped (a source database refuses a rename onto an existing table)"
+        )
+
+    def refused(self, seq_text: str, new: TableId) -> bool:
+        """Whether this rename was refused already (the old name's barrier wrote its dead letter)."""
+        with self._lock:
+            return (seq_text, new) in self._refused
 
     def take_moved(self, seq_text: str, new: TableId) -> TableState | None:
         with self._lock:

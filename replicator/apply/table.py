@@ -255,7 +255,8 @@ class TableApplier:
         present = set(columns)
         # Only this segment's columns: a column dropped by a DDL earlier in the batch must not come back.
         ordered = [*key, *[c for c in self.work.types if c not in key and c in present]]
-        ordered += [c for c in columns if c not in ordered]
+        seen = set(ordered)  # (a set: a list's membership test made a wide row's apply quadratic)
+        ordered += [c for c in columns if c not in seen]
         fields = []
         for name in ordered:
             ctype = column_type(self.work.types.get(name))

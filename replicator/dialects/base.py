@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from replicator.dialects.arrays import Document, Element
 from replicator.dialects.events import At, Events
+from replicator.dialects.guards import guard
 from replicator.dialects.jsontext import TOO_DEEP, Inexact, Refused, loads, loads_exact
 from replicator.dialects.record_keys import keys_from_record_key
 
@@ -69,6 +70,12 @@ class DecodeOptions:
     zero_dates: str = "null"  # "null" | "dead_letter"
     avro_schema: Path | None = None
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
+    # limits.* of the job file (config.LimitsConfig; replicator.dialects.guards)
+    max_columns: int = 30_000
+    ddl_bytes: int = 1024 * 1024
+    table_changes_bytes: int = 16 * 1024 * 1024
+    ddl_clauses: int = 10_000
+    ddl_nesting: int = 32
 
 
 class Dialect:
@@ -381,8 +388,9 @@ def decode(
     ``sort_keys`` adds the engine's derived columns ``seq_text`` (unless not ``seq_text``: the decode
     tasks leave it to the fold) and ``type_key`` (computed where the decoding runs, in parallel)."""
     with gc_paused():
+        options = options or DecodeOptions()
         events = Decoder(dialect, options).records(record_tuples(records), batch_id)
-        table = events.to_arrow()
+        table = guard(events.to_arrow(), records, options)
         if sort_keys:
             from replicator.dialects.events import seq_texts
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from replicator.dialects.base import Dialect
 from replicator.dialects.canal_plain import is_plain, read_message, read_records
 from replicator.dialects.events import At, Events, Image, epoch_micros, epoch_millis
-from replicator.dialects.jsontext import INT64, cast_bigint, image, json_integer, string, text, to_json
+from replicator.dialects.jsontext import INT64, ORDER, cast_bigint, image, json_integer, string, text, to_json
 
 if TYPE_CHECKING:
     from replicator.dialects.base import RawTuple
@@ -131,6 +131,7 @@ class CanalJson(Dialect):
     delete_image: ClassVar[str] = "data"  # DRS JSON puts the deleted row in `old`
     ddl_types: ClassVar[tuple[str, ...]] = ()  # more `type` values that are DDL (DRS: DDL, INIT_DDL)
     ordering_fields: ClassVar[tuple[str, ...]] = ("es", "id")
+    required_ordering: ClassVar[tuple[str, ...]] = ("es",)  # an event without its time has no place
 
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)
@@ -224,16 +225,21 @@ class CanalJson(Dialect):
         kind = self.kind(m)
         # The ordering fields must be whole numbers when present: one that is not would order as 0 (the
         # oldest) silently; it is refused instead.
+        # Nor may one be negative, or ``es`` absent (ordered first, before every real event).
         order: dict[str, int | None] = {}
         malformed = []
         for field in self.ordering_fields:
             value = m.get(field)
-            if type(value) is int and value in INT64:
+            if type(value) is int and value in ORDER:
                 order[field] = value
                 continue
             try:
-                order[field] = bigint(value)
+                number = order[field] = bigint(value)
             except ValueError:
+                number = order[field] = None
+                malformed.append(field)
+                continue
+            if (number is None and field in self.required_ordering) or (number is not None and number < 0):
                 order[field] = None
                 malformed.append(field)
         error = None
@@ -254,7 +260,10 @@ class CanalJson(Dialect):
             if op is None:
                 error = f"unknown op type {to_json([kind])}"
             elif malformed:
-                error = f"malformed ordering field {to_json(malformed)}: not a number"
+                error = (
+                    f"malformed ordering field {to_json(malformed)}: not a whole number from 0 to 2^63-1 "
+                    f"(got {to_json([m.get(f) for f in malformed])[:80]})"
+                )
             elif op == "filtered":
                 out.filtered(at, name, database=database, schema=schema, table=table)
                 return

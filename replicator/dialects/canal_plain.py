@@ -26,7 +26,7 @@ import msgspec
 import orjson
 
 from replicator.dialects.events import MAX_MICROS, MIN_MICROS, At, Events, values_image
-from replicator.dialects.jsontext import INT64, TEXT_OR_NULL, image
+from replicator.dialects.jsontext import INT64, ORDER, TEXT_OR_NULL, image
 
 if TYPE_CHECKING:
     from replicator.dialects.base import RawTuple
@@ -110,7 +110,7 @@ def read_records(
     out.usual_batch = batch_id
     name = dialect.name
     normalize = dialect.normalize
-    low, high = INT64.start, INT64.stop - 1
+    low, high = ORDER.start, ORDER.stop - 1  # a negative es / id: the general path refuses it
     pk_raw: Any = None
     pk: list[str] = []
     table_raw: Any = None  # (database, table, mysqlType, sqlType) of the last message, as read
@@ -163,7 +163,7 @@ def read_records(
             continue
         # the rows, as _emit makes them (the tests comparing both ways catch any drift)
         ts = m.ts
-        if ts is not None and not low <= ts <= high:
+        if ts is not None and ts not in INT64:
             ts = None
         old = m.old if op == "update" and m.old is not None else ()
         first = len(usual)
@@ -270,9 +270,9 @@ def read_message(dialect: CanalJson, m: dict[str, Any], at: At, out: Events) -> 
         or type(table) is not str
         or not table
         or type(es) is not int
-        or es not in INT64
+        or es not in ORDER
         or type(id_) is not int
-        or id_ not in INT64
+        or id_ not in ORDER
         or m.get("isDdl") is True
         or "gtid" in m
         or type(rows) is not list

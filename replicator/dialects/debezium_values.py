@@ -97,6 +97,10 @@ EPOCH_UNITS = {
 }
 DAY_TYPES = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")
 MAX_SCALE = 100_000  # a scale beyond this is no column type's (PostgreSQL NUMERIC: 16383): NULL
+# The longest unscaled value whose digits Python writes (its int -> str limit, 4,300 digits: 1,785 bytes),
+# far beyond any declared decimal (PostgreSQL NUMERIC(1000)); longer is a value that does not decode (NULL:
+# the event's error names its column), never an exception for the whole message.
+MAX_NUMBER_BYTES = 1_785
 MAX_DAYS = 3_000_000  # |epoch days| beyond this (about year 10183) is not a date: NULL
 
 # ---- readers with the old Spark SQL semantics ----------------------------------------------------------
@@ -165,7 +169,7 @@ def base64_bytes(value: str) -> bytes | None:
 def decimal_text(data: bytes | None, scale: int | None) -> str | None:
     """Kafka Connect Decimal bytes (big-endian two's complement unscaled value) + scale -> plain decimal
     text (``-123.45``, ``0.00``; a negative scale appends zeros). Exact for any length."""
-    if data is None or scale is None or abs(scale) > MAX_SCALE:
+    if data is None or scale is None or abs(scale) > MAX_SCALE or len(data) > MAX_NUMBER_BYTES:
         return None
     unscaled = int.from_bytes(data, "big", signed=True)
     sign = "-" if unscaled < 0 else ""
@@ -178,7 +182,7 @@ def decimal_text(data: bytes | None, scale: int | None) -> str | None:
 
 def bits_text(data: bytes | None) -> str | None:
     """io.debezium.data.Bits: little-endian bytes -> unsigned integer text (types maps bit(n>1) to ints)."""
-    return None if data is None else str(int.from_bytes(data, "little"))
+    return None if data is None or len(data) > MAX_NUMBER_BYTES else str(int.from_bytes(data, "little"))
 
 
 def date_text(days: int | None) -> str | None:

@@ -173,6 +173,7 @@ def string(value: Any) -> str | None:
 
 
 INT64 = range(-(2**63), 2**63)  # BIGINT
+ORDER = range(2**63)  # an ordering field (canal es / id): a non-negative BIGINT
 INT32 = range(-(2**31), 2**31)  # INT
 BLANKS = "".join(map(chr, range(33)))  # what Spark trims before casting text to a number
 

@@ -218,10 +218,10 @@ class DeltaRsWriter(MirrorWriter):
     ) -> MergeResult:
         if batch.num_rows == 0:
             return MergeResult()
+        from replicator.sinks import vectors
+
         # A job with target.deletion_vectors (its mirrors' properties); a mirror made without them MERGEs.
         if self.properties.get("delta.enableDeletionVectors") == "true":
-            from replicator.sinks import vectors
-
             with self._writing():
                 table = self._table()
                 schema = pa.schema(table.schema().to_arrow())
@@ -232,6 +232,26 @@ class DeltaRsWriter(MirrorWriter):
                         )
                     except vectors.Unsupported:
                         pass  # (a vector or checkpoint kind this writer does not read: MERGE below)
+        elif batch.num_columns >= vectors.WIDE_COLUMNS:  # delta-rs's MERGE costs the square of the columns
+            with self._writing():
+                table = self._table()
+                schema = pa.schema(table.schema().to_arrow())
+                if vectors.usable(table, self.path, batch, schema, rewrite=True):
+                    try:
+                        return vectors.merge(
+                            table,
+                            self.path,
+                            batch,
+                            schema,
+                            key,
+                            seq_column,
+                            op_column,
+                            txn,
+                            ties=ties,
+                            rewrite=True,
+                        )
+                    except vectors.Unsupported:
+                        pass
         on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
         bounds = key_range(batch, key)
         if bounds:

@@ -50,17 +50,31 @@ class Unsupported(Exception):
     """Something in the table this path does not write (the caller MERGEs instead)."""
 
 
-def usable(table: Any, path: str, batch: pa.Table, schema: pa.Schema) -> bool:
-    """Whether a batch's guarded MERGE into ``table`` (a deltalake.DeltaTable) may be done here."""
+# A mirror this wide is MERGEd here by rewriting its changed files in Arrow (``merge(rewrite=True)``):
+# delta-rs's MERGE plans each column (deltalake 1.6: 1,000 columns 17 s, 2,000 about 70 s for one row,
+# growing with the square of the columns; benchmarks/LOG.md, "Wide rows"), this path reads and writes
+# each column once.
+WIDE_COLUMNS = 200
+
+
+def usable(table: Any, path: str, batch: pa.Table, schema: pa.Schema, *, rewrite: bool = False) -> bool:
+    """Whether a batch's guarded MERGE into ``table`` (a deltalake.DeltaTable) may be done here: with
+    deletion vectors, or (``rewrite``) by rewriting the changed files of a table with or without them."""
     if "://" in path:  # put-if-absent by the local file system's exclusive create
         return False
     protocol = table.protocol()
     readers, writers = set(protocol.reader_features or []), set(protocol.writer_features or [])
-    if "deletionVectors" not in readers or readers - READER_FEATURES or writers - WRITER_FEATURES:
+    if readers - READER_FEATURES or writers - WRITER_FEATURES:
+        return False
+    # Legacy protocol versions name no features: 1/2 (appendOnly, invariants) or table features (3/7) only.
+    if protocol.min_reader_version not in (1, 3) or protocol.min_writer_version not in (1, 2, 7):
+        return False
+    if not rewrite and "deletionVectors" not in readers:
         return False
     metadata = table.metadata()
     settings = metadata.configuration
-    if settings.get("delta.enableDeletionVectors") != "true" or metadata.partition_columns:
+    vectors = settings.get("delta.enableDeletionVectors") == "true"
+    if (not rewrite and not vectors) or metadata.partition_columns:
         return False
     if settings.get("delta.enableChangeDataFeed") == "true":
         return False
@@ -220,6 +234,28 @@ def _stats(rows: pa.Table, key: Sequence[str]) -> str:
     return json.dumps(values)
 
 
+def _write(root: Path, rows: pa.Table, key: Sequence[str], now: int) -> dict[str, Any]:
+    """A new data file of ``rows`` in the table's folder -> its add action."""
+    import pyarrow.parquet as pq
+
+    name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+    pq.write_table(rows, root / name, compression="snappy")
+    add = {"path": url_quote(name), "partitionValues": {}, "size": (root / name).stat().st_size}
+    return add | {"modificationTime": now, "dataChange": True, "stats": _stats(rows, key)}
+
+
+def _without_rows(data: pa.Table, rows: Any, schema: pa.Schema) -> pa.Table:
+    """A data file's rows less those marked (a BitMap of row numbers), in the mirror's schema (a column
+    added after the file was written is NULL in it)."""
+    drop = np.fromiter(rows, np.int64, len(rows))
+    kept = data.filter(pa.array(~np.isin(np.arange(data.num_rows), drop)))
+    have = dict(zip(kept.column_names, kept.columns, strict=True))  # (by name: a lookup per column is linear)
+    columns = [
+        have[f.name].cast(f.type) if f.name in have else pa.nulls(kept.num_rows, f.type) for f in schema
+    ]
+    return pa.table(columns, schema=schema)
+
+
 def merge(
     table: Any,
     path: str,
@@ -231,10 +267,12 @@ def merge(
     txn: Txn | None,
     *,
     ties: bool = False,
+    rewrite: bool = False,
 ) -> MergeResult:
     """The guarded MERGE (sinks.delta_rs.DeltaRsWriter.merge_guarded: delete a matched row when the change
     is a delete and newer, replace it when newer, insert an unmatched non-delete) into ``table`` (a
-    deltalake.DeltaTable at its newest version) as deletion vectors and one new file."""
+    deltalake.DeltaTable at its newest version) as deletion vectors and one new file; with ``rewrite``,
+    each file holding replaced rows is written again without them (copy-on-write, as the MERGE does)."""
     import pyarrow.parquet as pq
     from pyroaring import BitMap
 
@@ -283,22 +321,24 @@ def merge(
             continue
         vector = BitMap(marked)
         vector.update(rows[newer].astype(np.uint32))
-        stats["tightBounds"] = False  # the statistics still count the rows the vector marks
         remove = {k: add[k] for k in ("path", "partitionValues", "size", "tags") if k in add}
         remove |= {"deletionTimestamp": now, "dataChange": True, "extendedFileMetadata": True}
         if add.get("deletionVector"):
             remove["deletionVector"] = add["deletionVector"]
+        actions.append({"remove": remove})
+        if rewrite:
+            kept = _without_rows(pq.read_table(root / unquote(name)), vector, schema)
+            if kept.num_rows:
+                actions.append({"add": _write(root, kept, key, now)})
+            continue
+        stats["tightBounds"] = False  # the statistics still count the rows the vector marks
         replaced = {**add, "deletionVector": write_vector(root, vector), "stats": json.dumps(stats)}
-        actions += [{"remove": remove}, {"add": {**replaced, "dataChange": True, "modificationTime": now}}]
+        actions.append({"add": {**replaced, "dataChange": True, "modificationTime": now}})
     deletes = pc.equal(batch[op_column], "delete").to_numpy(zero_copy_only=False)
     keep = ~deletes & (applied | ~matched)
     new_rows = batch.filter(pa.array(keep)).sort_by([(k, "ascending") for k in key])
     if new_rows.num_rows:
-        name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-        pq.write_table(new_rows, root / name, compression="snappy")
-        add = {"path": url_quote(name), "partitionValues": {}, "size": (root / name).stat().st_size}
-        add |= {"modificationTime": now, "dataChange": True, "stats": _stats(new_rows, key)}
-        actions.append({"add": add})
+        actions.append({"add": _write(root, new_rows, key, now)})
     result = MergeResult(
         inserted=int((~deletes & ~matched).sum()),
         updated=int((~deletes & applied).sum()),
@@ -309,7 +349,7 @@ def merge(
     info = {
         "timestamp": now,
         "operation": "MERGE",
-        "operationParameters": {"writer": "replicator deletion vectors"},
+        "operationParameters": {"writer": f"replicator {'rewrite' if rewrite else 'deletion vectors'}"},
         "operationMetrics": {
             "num_target_rows_inserted": result.inserted,
             "num_target_rows_updated": result.updated,
