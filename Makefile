@@ -60,8 +60,9 @@ soak: install ## long randomized runs: many hypothesis examples through the real
 # Coverage-guided fuzzing (atheris) of the decode entry point, one target per dialect and `auto`, each for
 # FUZZ_SECONDS; work files and any failing input in fuzz-out/<dialect>/ (docs/operations.md, "Fuzzing").
 FUZZ_SECONDS ?= 60
-fuzz: install ## fuzz every dialect's decoding for FUZZ_SECONDS each (default 60)
+fuzz: install ## fuzz every dialect's decoding, then the apply step, for FUZZ_SECONDS each (default 60)
 	$(BIN)/python fuzz/decode.py --dialect all --seconds $(FUZZ_SECONDS)
+	$(BIN)/python fuzz/apply.py --seconds $(FUZZ_SECONDS)
 
 bench: install ## the benchmarks of docs/performance.md (about 80 minutes); results in bench-out/*/result.json
 	$(BIN)/python -m compileall -q replicator jobs  # as installed: the bytecode of the current sources
