@@ -72,15 +72,16 @@ reference: install ## write docs/reference/job-file.md from the job file's model
 soak: install ## long randomized runs: many hypothesis examples through the real engine (not in `make test`)
 	@# New random examples each run; the seed is printed (first and last): HYPOTHESIS_SEED=N repeats a run.
 	HYPOTHESIS_PROFILE=soak HYPOTHESIS_SEED=$(HYPOTHESIS_SEED) $(BIN)/python -m pytest -q --timeout 7200 \
-	  tests/test_properties.py tests/test_bad_input.py tests/test_crash.py
+	  tests/test_properties.py tests/test_bad_input.py tests/test_crash.py tests/hostile/test_engine_properties.py
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 
 # Coverage-guided fuzzing (atheris) of the decode entry point, one target per dialect, `auto` and `ddl` (the
 # DDL parser), each for FUZZ_SECONDS; work files and any failing input in fuzz-out/<dialect>/
 # (docs/operations.md, "Fuzzing").
 FUZZ_SECONDS ?= 60
-fuzz: install ## fuzz every dialect's decoding for FUZZ_SECONDS each (default 60)
+fuzz: install ## fuzz every dialect's decoding, then the apply step, for FUZZ_SECONDS each (default 60)
 	$(BIN)/python fuzz/decode.py --dialect all --seconds $(FUZZ_SECONDS)
+	$(BIN)/python fuzz/apply.py --seconds $(FUZZ_SECONDS)
 
 bench: install ## the benchmarks of benchmarks/LOG.md (about 80 minutes); results in bench-out/*/result.json
 	$(BIN)/python -m compileall -q replicator jobs  # as installed: the bytecode of the current sources
