@@ -1,0 +1,202 @@
+"""Source column names -> mirror column names (replicator.columns) through the real engine.
+
+Delta compares column names without case, and the engine's own columns start with ``_cdc_``: a row with ``v``
+and ``V``, a ``V`` arriving at a table with ``v``, a case-only RENAME COLUMN, or a source column named like
+an engine column used to stop every table with delta-rs's "Duplicate field name (case-insensitive)" and stop
+again at every restart. Each case here checks the mirror (by source names, read back through the recorded
+mapping), the mapping itself, and that a restart (a new engine over the same folders) goes on.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from replicator.columns import ColumnMap, renamed_columns, source_name
+from tests.helpers import WRITERS, Runner, canal, ddl, job
+
+ES = 1_700_000_000_000
+_es = itertools.count(ES, 10)
+
+
+def dml(type_: str, rows: list[dict[str, Any]], types: dict[str, str], **kw: Any) -> dict[str, Any]:
+    return canal(type_, rows, es=next(_es), types=types, **kw)
+
+
+def stmt(kind: str, sql: str) -> dict[str, Any]:
+    return ddl(kind, sql, es=next(_es))
+
+
+def make(spark, tmp_path: Path, writer: str = "delta-rs", **overrides: Any) -> Runner:
+    return Runner(spark, job(tmp_path, target={"writer": writer}, **overrides))
+
+
+def restart(runner: Runner) -> Runner:
+    """A new engine over the same job and folders (a restart of the job)."""
+    fresh = Runner(runner.spark, runner.config)
+    fresh.batch_id = runner.batch_id
+    return fresh
+
+
+def schema(runner: Runner, table: str = "orders") -> pa.Schema:
+    path = Path(runner.config.target.path) / "shop" / table
+    return DeltaTable(str(path)).schema().to_arrow()
+
+
+def by_source(runner: Runner, table: str = "orders") -> list[dict[str, Any]]:
+    """The mirror's rows keyed by source column names (the mapping read back from the mirror)."""
+    names = {f.name: source_name(f) for f in pa.schema(schema(runner, table))}
+    return [
+        {names[k]: v for k, v in row.items() if not k.startswith("_cdc_")}
+        for row in runner.mirror(table=table, cdc=True)
+    ]
+
+
+def test_the_mapping_keeps_names_and_names_collisions_apart():
+    names = ColumnMap(
+        [pa.field("id", pa.int32()), pa.field("v", pa.string()), pa.field("_cdc_op", pa.string())]
+    )
+    assert [names.assign(n) for n in ("id", "v", "V", "_cdc_op", "_CDC_SEQ", "V~1", "_cdc_source_table")] == [
+        "id",
+        "v",
+        "V~1",
+        "~_cdc_op",
+        "~_CDC_SEQ",
+        "V~1~1",
+        "_cdc_source_table",  # (the engine's own entry of a routed row)
+    ]
+    assert (
+        ColumnMap([pa.field("V~1", pa.string(), metadata={"replicator.source_name": "V"})]).get("V") == "V~1"
+    )
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_v_and_V_in_one_row(spark, tmp_path, writer):
+    runner = make(spark, tmp_path, writer)
+    types = {"id": "int", "v": "varchar(5)", "V": "varchar(5)"}
+    runner.messages(tmp_path, [dml("INSERT", [{"id": "1", "v": "a", "V": "B"}], types)])
+    assert [f.name for f in schema(runner)][:3] == ["id", "v", "V~1"]
+    assert renamed_columns(schema(runner)) == ["V -> V~1"]
+    assert by_source(runner) == [{"id": 1, "v": "a", "V": "B"}]
+    runner = restart(runner)
+    runner.messages(
+        tmp_path,
+        [
+            dml("UPDATE", [{"id": "1", "v": "a2", "V": "B2"}], types, old=[{"v": "a", "V": "B"}]),
+            dml("INSERT", [{"id": "2", "v": "c", "V": None}], types),
+        ],
+    )
+    assert by_source(runner) == [{"id": 1, "v": "a2", "V": "B2"}, {"id": 2, "v": "c", "V": None}]
+    assert runner.dead_letters() == []
+
+
+def test_V_arriving_later_and_by_add_column(spark, tmp_path):
+    runner = make(spark, tmp_path)
+    small = {"id": "int", "v": "varchar(5)"}
+    runner.messages(tmp_path, [dml("INSERT", [{"id": "1", "v": "a"}], small)])
+    runner.messages(
+        tmp_path, [dml("INSERT", [{"id": "2", "v": "b", "V": "x"}], {**small, "V": "varchar(5)"})]
+    )
+    assert renamed_columns(schema(runner)) == ["V -> V~1"]
+    runner = restart(runner)
+    runner.messages(
+        tmp_path,
+        [
+            stmt("ALTER", "ALTER TABLE orders ADD COLUMN `Id` int"),
+            dml(
+                "INSERT",
+                [{"id": "3", "v": "c", "V": "y", "Id": "30"}],
+                {**small, "V": "varchar(5)", "Id": "int"},
+            ),
+        ],
+    )
+    assert renamed_columns(schema(runner)) == ["V -> V~1", "Id -> Id~1"]
+    assert by_source(runner) == [
+        {"id": 1, "v": "a", "V": None, "Id": None},
+        {"id": 2, "v": "b", "V": "x", "Id": None},
+        {"id": 3, "v": "c", "V": "y", "Id": 30},
+    ]
+    assert runner.dead_letters() == []
+
+
+@pytest.mark.parametrize("policy", ["lenient", "evolve"])
+def test_case_only_rename_incl_the_key(spark, tmp_path, policy):
+    runner = make(spark, tmp_path, schema_evolution=policy)
+    types = {"id": "int", "v": "varchar(5)"}
+    runner.messages(tmp_path, [dml("INSERT", [{"id": "1", "v": "a"}, {"id": "2", "v": "b"}], types)])
+    runner.messages(
+        tmp_path,
+        [
+            stmt("ALTER", "ALTER TABLE shop.orders RENAME COLUMN v TO V"),
+            stmt("ALTER", "ALTER TABLE shop.orders RENAME COLUMN id TO ID"),
+            dml("INSERT", [{"ID": "3", "V": "c"}], {"ID": "int", "V": "varchar(5)"}, pk=["ID"]),
+            dml("DELETE", [{"ID": "1", "V": "a"}], {"ID": "int", "V": "varchar(5)"}, pk=["ID"]),
+        ],
+    )
+    assert [f.name for f in schema(runner)][:2] == ["ID", "V"]
+    assert renamed_columns(schema(runner)) == []
+    assert by_source(runner) == [{"ID": 2, "V": "b"}, {"ID": 3, "V": "c"}]
+    runner = restart(runner)
+    runner.messages(
+        tmp_path,
+        [
+            dml(
+                "UPDATE",
+                [{"ID": "2", "V": "b2"}],
+                {"ID": "int", "V": "varchar(5)"},
+                pk=["ID"],
+                old=[{"V": "b"}],
+            )
+        ],
+    )
+    assert by_source(runner) == [{"ID": 2, "V": "b2"}, {"ID": 3, "V": "c"}]
+    assert runner.dead_letters() == []
+
+
+@pytest.mark.parametrize("history", [False, True])
+def test_engine_names_as_source_columns(spark, tmp_path, history):
+    runner = make(spark, tmp_path, **({"tables": {"history": ["shop.*"]}} if history else {}))
+    types = {"id": "int", "_cdc_op": "varchar(5)", "_CDC_Seq": "int", "_cdc_current": "varchar(5)"}
+    runner.messages(
+        tmp_path,
+        [
+            dml("INSERT", [{"id": "1", "_cdc_op": "mine", "_CDC_Seq": "7", "_cdc_current": "no"}], types),
+            dml("UPDATE", [{"id": "1", "_cdc_op": "mine2", "_CDC_Seq": "8", "_cdc_current": "no"}], types),
+        ],
+    )
+    assert renamed_columns(schema(runner)) == [
+        "_cdc_op -> ~_cdc_op",
+        "_CDC_Seq -> ~_CDC_Seq",
+        "_cdc_current -> ~_cdc_current",
+    ]
+    assert by_source(runner) == [{"id": 1, "_cdc_op": "mine2", "_CDC_Seq": 8, "_cdc_current": "no"}]
+    assert runner.mirror(cdc=True)[0]["_cdc_op"] == "update"
+    if history:
+        versions = Runner(spark, runner.config).mirror(table="orders__history", cdc=True)
+        assert sorted((v["~_cdc_op"], v["_cdc_current"]) for v in versions) == [
+            ("mine", False),
+            ("mine2", True),
+        ]
+    runner = restart(runner)
+    runner.messages(
+        tmp_path,
+        [
+            stmt("ALTER", "ALTER TABLE orders DROP COLUMN _cdc_current"),
+            stmt("ALTER", "ALTER TABLE orders RENAME COLUMN _cdc_op TO _cdc_mode"),
+            dml(
+                "INSERT",
+                [{"id": "2", "_cdc_mode": "m", "_CDC_Seq": "9"}],
+                {**types, "_cdc_mode": "varchar(5)"},
+            ),
+        ],
+    )
+    assert by_source(runner) == [
+        {"id": 1, "_cdc_op": "mine2", "_CDC_Seq": 8, "_cdc_current": "no", "_cdc_mode": None},
+        {"id": 2, "_cdc_op": None, "_CDC_Seq": 9, "_cdc_current": None, "_cdc_mode": "m"},
+    ]
+    assert runner.dead_letters() == []
