@@ -200,3 +200,37 @@ def test_engine_names_as_source_columns(spark, tmp_path, history):
         {"id": 2, "_cdc_op": None, "_CDC_Seq": 9, "_cdc_current": None, "_cdc_mode": "m"},
     ]
     assert runner.dead_letters() == []
+
+
+def test_bootstrap_files_then_events(spark, tmp_path):
+    import json
+
+    from replicator.commands.bootstrap import bootstrap
+
+    config = job(tmp_path)
+    folder = tmp_path / "snap" / "files"
+    folder.mkdir(parents=True)
+    (folder / "a.csv").write_text("id,v,V,_cdc_op\n1,a,B,x\n2,c,D,y\n", encoding="utf-8")
+    manifest = tmp_path / "snap" / "manifest.json"
+    types = {"id": "int", "v": "varchar(5)", "V": "varchar(5)", "_cdc_op": "varchar(5)"}
+    table = {"database": "shop", "table": "orders", "files": ["files/*.csv"], "key": ["id"], "types": types}
+    manifest.write_text(json.dumps({"position": "mysql-bin.000001:4", "tables": [table]}), encoding="utf-8")
+    bootstrap(config, manifest, progress=False)
+    runner = Runner(spark, config)
+    assert renamed_columns(schema(runner)) == ["V -> V~1", "_cdc_op -> ~_cdc_op"]
+    runner.messages(
+        tmp_path,
+        [
+            canal(
+                "UPDATE",
+                [{"id": "2", "v": "c2", "V": "D2", "_cdc_op": "z"}],
+                es=ES,
+                types=types,
+                old=[{"v": "c"}],
+            )
+        ],
+    )
+    assert by_source(runner) == [
+        {"id": 1, "v": "a", "V": "B", "_cdc_op": "x"},
+        {"id": 2, "v": "c2", "V": "D2", "_cdc_op": "z"},
+    ]

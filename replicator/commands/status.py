@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from replicator.columns import ColumnMap, renamed_columns
 from replicator.config import JobConfig
 from replicator.model import table_label
 from replicator.state import State
@@ -42,7 +43,8 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
     tables = []
     for table in sorted(state.tables().values(), key=lambda t: t.id):
         mirror = state.writer(table.mirror)
-        rows = mirror.read(["_cdc_seq"]).num_rows if mirror.exists() else 0
+        exists = mirror.exists()
+        rows = mirror.read(["_cdc_seq"]).num_rows if exists else 0
         name = table_label((table.database, table.schema, table.table))
         lag = (now - table.last_event_time).total_seconds() if table.last_event_time else None
         tables.append(
@@ -59,6 +61,8 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
                 "lag_seconds": lag,
                 "dead_letters": dead_by_table.get(f"{table.database}.{table.table}", 0),
                 "mirror": table.mirror,
+                # source column -> mirror column where they differ (replicator.columns)
+                "columns": renamed_columns(mirror.schema()) if exists else [],
                 "behind": behind.get(name),
             }
         )
@@ -172,6 +176,9 @@ def print_status(config: JobConfig, as_json: bool = False, last_batches: int = 1
             f"{t['dead_letters']:>6,} {lag:>12}  {t['last_position'] or '-'} @ {t['last_event_time'] or '-'}"
         )
     for t in status["tables"]:
+        if t["columns"]:
+            print(f"{t['table']}: columns: {', '.join(t['columns'])}")
+    for t in status["tables"]:
         if t["behind"]:
             print(f"NOT UP TO DATE: {t['behind']}")
     if status["undecodable_dead_letters"]:
@@ -253,9 +260,14 @@ def print_tables(
             print(f"== {name}: no mirror table ({'dropped' if table.dropped else 'nothing applied yet'})")
             continue
         data = mirror.read()
+        schema = mirror.schema()
         if table.primary_key:
-            data = data.take(pc.sort_indices(data, [(k, "ascending") for k in table.primary_key]))
+            names = ColumnMap(schema)
+            key = [names.name(k) for k in table.primary_key]
+            data = data.take(pc.sort_indices(data, [(k, "ascending") for k in key if k in data.column_names]))
         print(f"== {name}  ({data.num_rows} rows, key {', '.join(table.primary_key)}) {table.mirror}")
+        if renamed := renamed_columns(schema):
+            print(f"columns: {', '.join(renamed)}")
         frame = data.slice(0, limit).drop_columns(["_cdc_seq"]).to_pandas()
         with __import__("pandas").option_context("display.width", 200, "display.max_columns", 50):
             print(frame.to_string(index=False) if data.num_rows else "(empty)")
