@@ -462,11 +462,25 @@ def _(change: ddl.RenameColumn, ctx: Context) -> None:
         renamed = with_source(data.schema.field(at).with_name(new), change.new)
         return data.set_column(at, renamed, data.column(at))
 
+    old_name = fields[change.old].name if to_rename else change.old
     if to_rename:
         rewrite(ctx, rename)
     key = ctx.applier.table_state.primary_key
     if change.old in key:
+        rename_tombstones(ctx, old_name, ColumnMap(mirror.schema()).name(change.new))
         ctx.set_state(primary_key=tuple(change.new if k == change.old else k for k in key))
+
+
+def rename_tombstones(ctx: Context, old: str, new: str) -> None:
+    """A renamed key column's tombstones follow it (the guard reads them by the key's mirror names)."""
+    tombstones = ctx.applier.state.tombstones(ctx.table)
+    if not tombstones.exists():
+        return
+    names = tombstones.schema().names
+    if old in names and new not in names:
+        ctx.applier.state.check_state_path(tombstones.path, "rewrite")
+        data = tombstones.read()
+        tombstones.overwrite(data.rename_columns([new if n == old else n for n in data.column_names]))
 
 
 @apply_change.register
