@@ -247,3 +247,27 @@ def test_bootstrap_files_then_events(spark, tmp_path):
         {"id": 1, "v": "a", "V": "B", "_cdc_op": "x"},
         {"id": 2, "v": "c2", "V": "D2", "_cdc_op": "z"},
     ]
+
+
+def test_ddl_on_engine_named_source_columns_under_evolve(spark, tmp_path):
+    runner = make(spark, tmp_path, schema_evolution="evolve")
+    types = {"id": "int", "_cdc_op": "varchar(5)", "_cdc_seq": "varchar(5)"}
+    runner.messages(tmp_path, [dml("INSERT", [{"id": "1", "_cdc_op": "a", "_cdc_seq": "s"}], types)])
+    runner.messages(
+        tmp_path,
+        [
+            stmt("ALTER", "ALTER TABLE orders DROP COLUMN _cdc_seq"),
+            stmt("ALTER", "ALTER TABLE orders RENAME COLUMN _cdc_op TO _CDC_OP"),
+            stmt("ALTER", "ALTER TABLE orders MODIFY COLUMN _CDC_OP varchar(9)"),
+            dml("INSERT", [{"id": "2", "_CDC_OP": "b"}], {"id": "int", "_CDC_OP": "varchar(9)"}),
+        ],
+    )
+    assert renamed_columns(schema(runner)) == ["_CDC_OP -> ~_CDC_OP"]
+    assert by_source(runner) == [{"id": 1, "_CDC_OP": "a"}, {"id": 2, "_CDC_OP": "b"}]
+    assert [r["_cdc_op"] for r in runner.mirror(cdc=True)] == ["insert", "insert"]  # (the engine's own)
+    runner = restart(runner)
+    runner.messages(
+        tmp_path, [dml("DELETE", [{"id": "1", "_CDC_OP": "a"}], {"id": "int", "_CDC_OP": "varchar(9)"})]
+    )
+    assert by_source(runner) == [{"id": 2, "_CDC_OP": "b"}]
+    assert runner.dead_letters() == []
