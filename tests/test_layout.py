@@ -43,6 +43,7 @@ STAGE_OF = {
             "pythonpath",
             "worker_daemon",
             "paths",
+            "columns",
         ),
         "helpers",
     ),
