@@ -271,3 +271,31 @@ def test_ddl_on_engine_named_source_columns_under_evolve(spark, tmp_path):
     )
     assert by_source(runner) == [{"id": 2, "_CDC_OP": "b"}]
     assert runner.dead_letters() == []
+
+
+def test_typed_by_the_fold_tasks(spark, tmp_path, monkeypatch):
+    """Tables the fold tasks type (and, when new, write) against the mirror's schema read at planning."""
+    from replicator import engine
+
+    monkeypatch.setattr(engine, "TYPED_ON_EXECUTORS", 1)
+    runner = make(spark, tmp_path)
+    types = {"id": "int", "v": "varchar(5)", "V": "int"}
+    runner.messages(
+        tmp_path, [dml("INSERT", [{"id": str(i), "v": "a", "V": str(i)} for i in (1, 2, 3)], types)]
+    )
+    assert renamed_columns(schema(runner)) == ["V -> V~1"]
+    more = {**types, "_cdc_op": "varchar(5)"}
+    runner.messages(
+        tmp_path,
+        [
+            dml("UPDATE", [{"id": "1", "v": "b", "V": "10", "_cdc_op": "o"}], more, old=[{"v": "a"}]),
+            dml("INSERT", [{"id": "4", "v": "c", "V": "x", "_cdc_op": "p"}], more),  # (V does not fit int)
+        ],
+    )
+    assert by_source(runner) == [
+        {"id": 1, "v": "b", "V": 10, "_cdc_op": "o"},
+        {"id": 2, "v": "a", "V": 2, "_cdc_op": None},
+        {"id": 3, "v": "a", "V": 3, "_cdc_op": None},
+    ]
+    [dead] = runner.dead_letters()
+    assert "column 'V'" in dead["error"]
