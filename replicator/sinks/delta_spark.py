@@ -174,6 +174,10 @@ class DeltaSparkWriter(MirrorWriter):
             )
         self.spark.sql(sql)
         self.add_columns(later)
+        if first == 0 and len(schema):  # (the first column mapped: the new table's schema written again)
+            frame = self.spark.createDataFrame([], _spark_fields(schema))
+            writer = frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+            writer.partitionBy(*partition_by).save(self.path)
 
     def describe(self, description: str) -> None:
         self.spark.sql(
