@@ -239,6 +239,7 @@ class TableApplier:
         self._tombstoned: pa.Array | None = None
         self._documents = False  # rows merged as documents (resolve_documents)
         self._recorded = work.state  # the state before the barrier being applied (record_state)
+        self._mirror_key: tuple[tuple[str, ...], list[str]] | None = None  # (_key)
 
     @property
     def mirror(self) -> MirrorWriter:
@@ -414,13 +415,17 @@ class TableApplier:
 
     # ---- guards -------------------------------------------------------------------------------------------
     def _key(self) -> list[str]:
-        """The key's mirror columns (the state names the source's: the fold finds them in the images)."""
-        return self.mirror_names(self.table_state.primary_key)
+        """The key's mirror columns (the state names the source's: the fold finds them in the images).
+        Kept until the key or the schema changes by a barrier: the guards ask for it several times."""
+        key = self.table_state.primary_key
+        if self._mirror_key is None or self._mirror_key[0] != key:
+            self._mirror_key = (key, self.mirror_names(key))
+        return list(self._mirror_key[1])
 
     def mirror_names(self, sources: Sequence[str]) -> list[str]:
         """Source column names -> the mirror's names for them (replicator.columns)."""
         names = ColumnMap(self.mirror.schema() if self.mirror.exists() else ())
-        return [names.name(s) for s in sources]
+        return [names.assign(s) for s in sources]  # (a key of `id` and `ID` too)
 
     def guard(self, batch: pa.Table) -> pa.Table:
         """Drop rows not newer than the table's truncate point or than their key's tombstone. Notes the
@@ -820,6 +825,7 @@ class TableApplier:
 
     def apply_barrier(self, event: dict[str, Any]) -> None:
         self.result.ddl.append(event)
+        self._mirror_key = None
         if self.on_barrier is not None:
             self._recorded = self.table_state  # (the positions before it are saved with the batch)
             self.on_barrier(self, event)

@@ -263,7 +263,7 @@ def print_tables(
         schema = mirror.schema()
         if table.primary_key:
             names = ColumnMap(schema)
-            key = [names.name(k) for k in table.primary_key]
+            key = [names.assign(k) for k in table.primary_key]
             data = data.take(pc.sort_indices(data, [(k, "ascending") for k in key if k in data.column_names]))
         print(f"== {name}  ({data.num_rows} rows, key {', '.join(table.primary_key)}) {table.mirror}")
         if renamed := renamed_columns(schema):
