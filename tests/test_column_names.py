@@ -299,3 +299,31 @@ def test_typed_by_the_fold_tasks(spark, tmp_path, monkeypatch):
     ]
     [dead] = runner.dead_letters()
     assert "column 'V'" in dead["error"]
+
+
+@pytest.mark.parametrize("policy", ["lenient", "evolve"])
+def test_a_rename_onto_a_taken_name(spark, tmp_path, policy):
+    runner = make(spark, tmp_path, schema_evolution=policy)
+    types = {"id": "int", "v": "varchar(5)", "w": "varchar(5)"}
+    runner.messages(tmp_path, [dml("INSERT", [{"id": "1", "v": "a", "w": "b"}], types)])
+    runner = restart(runner)
+    runner.messages(
+        tmp_path,
+        [
+            stmt("ALTER", "ALTER TABLE orders RENAME COLUMN w TO V"),
+            dml(
+                "INSERT",
+                [{"id": "2", "v": "c", "V": "d"}],
+                {"id": "int", "v": "varchar(5)", "V": "varchar(5)"},
+            ),
+        ],
+    )
+    assert renamed_columns(schema(runner)) == ["V -> V~1"]
+    if policy == "evolve":  # the column renamed, with its values
+        assert by_source(runner) == [{"id": 1, "v": "a", "V": "b"}, {"id": 2, "v": "c", "V": "d"}]
+    else:  # lenient: the old column kept, the new name added beside it
+        assert by_source(runner) == [
+            {"id": 1, "v": "a", "w": "b", "V": None},
+            {"id": 2, "v": "c", "w": None, "V": "d"},
+        ]
+    assert runner.dead_letters() == []
