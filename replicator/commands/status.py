@@ -245,9 +245,9 @@ def print_tables(
                 print(f"== {name}: no history table (tables.history does not name it, or nothing yet)")
                 continue
             data = mirror.read()
-            order = [
-                (k, "ascending") for k in (*table.primary_key, "_cdc_valid_from") if k in data.column_names
-            ]
+            names = ColumnMap(mirror.schema())
+            key = [names.assign(k) for k in table.primary_key]
+            order = [(k, "ascending") for k in (*key, "_cdc_valid_from") if k in data.column_names]
             data = data.take(pc.sort_indices(data, order)) if order else data
             print(f"== {name} history ({data.num_rows} versions, key {', '.join(table.primary_key)}) {path}")
             frame = data.slice(0, limit).drop_columns(["_cdc_seq"]).to_pandas()
