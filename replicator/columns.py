@@ -28,6 +28,13 @@ ESCAPE = "~"
 # Image entries the engine itself writes, which name its own columns (not the source's): the shard of a
 # routed row (replicator.routing SOURCE_COLUMNS) and a document's merge state (replicator.apply.documents).
 ENGINE_ENTRIES = frozenset({"_cdc_source_database", "_cdc_source_table", "_cdc_fields", "_cdc_partial"})
+# The engine's columns of mirrors and history tables (replicator.model CDC_COLUMNS, apply.history), never a
+# source's. A ``_cdc_`` column of a mirror that is none of these and records no source name is a source
+# column a mirror took as it was before this mapping: it keeps it.
+ENGINE_COLUMNS = frozenset(
+    {"_cdc_op", "_cdc_seq", "_cdc_event_time", "_cdc_position", "_cdc_valid_from", "_cdc_valid_to"}
+    | {"_cdc_current", "_cdc_deleted_at"}
+)
 
 
 def reserved(name: str) -> bool:
@@ -65,7 +72,7 @@ class ColumnMap:
         self._taken: set[str] = set()  # every mirror name, case-folded (the engine's columns too)
         for f in fields:
             self._taken.add(f.name.casefold())
-            if not reserved(f.name) or SOURCE_NAME.encode() in (f.metadata or {}) or f.name in ENGINE_ENTRIES:
+            if f.name not in ENGINE_COLUMNS:
                 self._mirror.setdefault(source_name(f), f.name)
 
     def __contains__(self, source: str) -> bool:

@@ -73,6 +73,20 @@ def test_the_mapping_keeps_names_and_names_collisions_apart():
     assert (
         ColumnMap([pa.field("V~1", pa.string(), metadata={"replicator.source_name": "V"})]).get("V") == "V~1"
     )
+    # a source's _cdc_ column a mirror took as it was before the mapping keeps its name
+    assert ColumnMap([pa.field("_cdc_note", pa.string())]).get("_cdc_note") == "_cdc_note"
+
+
+def test_the_engine_names_the_mapping_knows_are_the_engine_s():
+    from replicator.apply import documents
+    from replicator.apply.history.versions import HISTORY_COLUMNS
+    from replicator.apply.table import TOMBSTONE_DELETED_AT
+    from replicator.columns import ENGINE_COLUMNS, ENGINE_ENTRIES
+    from replicator.model import CDC_COLUMNS
+    from replicator.routing import SOURCE_COLUMNS
+
+    assert ENGINE_COLUMNS == {*CDC_COLUMNS, *HISTORY_COLUMNS, TOMBSTONE_DELETED_AT}
+    assert ENGINE_ENTRIES == {*SOURCE_COLUMNS, documents.FIELDS, documents.PARTIAL}
 
 
 @pytest.mark.parametrize("writer", WRITERS)
