@@ -45,7 +45,7 @@ def restart(runner: Runner) -> Runner:
 
 def schema(runner: Runner, table: str = "orders") -> pa.Schema:
     path = Path(runner.config.target.path) / "shop" / table
-    return DeltaTable(str(path)).schema().to_arrow()
+    return pa.schema(DeltaTable(str(path)).schema().to_arrow())
 
 
 def by_source(runner: Runner, table: str = "orders") -> list[dict[str, Any]]:
@@ -341,3 +341,23 @@ def test_a_rename_onto_a_taken_name(spark, tmp_path, policy):
             {"id": 2, "v": "c", "w": None, "V": "d"},
         ]
     assert runner.dead_letters() == []
+
+
+def test_a_create_table_that_declares_v_V_and_an_engine_name(spark, tmp_path):
+    runner = make(spark, tmp_path)
+    sql = (
+        "CREATE TABLE orders (`id` int NOT NULL, `v` varchar(5), `V` int, `_cdc_op` varchar(5), "
+        "PRIMARY KEY (`id`))"
+    )
+    types = {"id": "int", "v": "varchar(5)", "V": "int", "_cdc_op": "varchar(5)"}
+    runner.messages(
+        tmp_path,
+        [stmt("CREATE", sql), dml("INSERT", [{"id": "1", "v": "a", "V": "2", "_cdc_op": "o"}], types)],
+    )
+    assert [(f.name, str(f.type)) for f in schema(runner)][:4] == [
+        ("id", "int32"),
+        ("v", "string"),
+        ("V~1", "int32"),
+        ("~_cdc_op", "string"),
+    ]
+    assert by_source(runner) == [{"id": 1, "v": "a", "V": 2, "_cdc_op": "o"}]
