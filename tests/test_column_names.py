@@ -116,8 +116,9 @@ def test_v_and_V_in_one_row(spark, tmp_path, writer, capsys):
         assert "columns: V -> V~1" in capsys.readouterr().out
 
 
-def test_V_arriving_later_and_by_add_column(spark, tmp_path):
-    runner = make(spark, tmp_path)
+@pytest.mark.parametrize("writer", WRITERS)
+def test_V_arriving_later_and_by_add_column(spark, tmp_path, writer):
+    runner = make(spark, tmp_path, writer)
     small = {"id": "int", "v": "varchar(5)"}
     runner.messages(tmp_path, [dml("INSERT", [{"id": "1", "v": "a"}], small)])
     runner.messages(
