@@ -110,9 +110,9 @@ class ColumnMap:
             name = f"{base}{ESCAPE}{n}"
         return name
 
-    def mapped(self) -> dict[str, str]:
-        """The columns whose mirror name differs from their source name."""
-        return {s: m for s, m in self._mirror.items() if s != m}
+    def items(self) -> list[tuple[str, str]]:
+        """(source name, mirror name) of each column, the engine's entries (ENGINE_ENTRIES) included."""
+        return list(self._mirror.items())
 
 
 def renamed_columns(schema: Any) -> list[str]:
@@ -124,4 +124,4 @@ def by_source(schema: Any) -> dict[str, Any]:
     """A mirror's source columns (not the engine's): source name -> field."""
     names = ColumnMap(schema)
     fields = {f.name: f for f in schema}
-    return {s: fields[m] for s, m in names._mirror.items() if m not in ENGINE_ENTRIES}
+    return {s: fields[m] for s, m in names.items() if m not in ENGINE_ENTRIES}
