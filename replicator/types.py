@@ -560,14 +560,16 @@ def type_images(
 
     The applier runs it on the driver; the fold tasks run it on the executors for the tables the driver
     gives them a schema for (replicator.fold, ``FoldPlan.typing``)."""
+    from replicator.columns import source_name
     from replicator.model import map_values
 
     columns: list[pa.Array] = []
     bad: dict[int, str] = {}
-    for f, strings in zip(fields, map_values(images, [f.name for f in fields]), strict=True):
+    # Images are keyed by source names; a field names the mirror's column (replicator.columns).
+    for f, strings in zip(fields, map_values(images, [source_name(f) for f in fields]), strict=True):
         typed, errors = parse_values(strings, f.type, timezone=timezone, zero_dates=zero_dates)
         for err in errors:
-            bad.setdefault(err.row, f"column {f.name!r}: {err.message}")
+            bad.setdefault(err.row, f"column {source_name(f)!r}: {err.message}")
         columns.append(typed.cast(f.type) if typed.type != f.type else typed)
     return columns, bad
 

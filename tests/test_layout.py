@@ -46,6 +46,7 @@ STAGE_OF = {
             "jsonl",
             "storage",
             "testing",
+            "columns",
         ),
         "helpers",
     ),

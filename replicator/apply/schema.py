@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from replicator import ddl, defaults, paths
 from replicator.apply.barriers import resolve_ref
 from replicator.apply.table import CDC_FIELDS, HORIZON, DeadRow, Fill, fill_text, is_untyped, renamed_text
+from replicator.columns import ColumnMap, by_source, source_name, with_source
 from replicator.config import JobConfig, SchemaPolicy
 from replicator.errors import SchemaChangeFailed
 from replicator.logging import get_logger
@@ -107,11 +108,15 @@ class Context:
 
 
 def data_fields(schema: pa.Schema) -> dict[str, pa.Field]:
-    return {f.name: f for f in schema if not f.name.startswith("_cdc_")}
+    """The mirror's source columns by their source names (replicator.columns)."""
+    return by_source(schema)
 
 
-def arrow_field(column: ddl.Column, key: Iterable[str] = ()) -> pa.Field:
-    return pa.field(column.name, column_type(column.type).arrow, nullable=column.name not in set(key))
+def arrow_field(column: ddl.Column, key: Iterable[str] = (), names: ColumnMap | None = None) -> pa.Field:
+    """A declared source column as a mirror field, named by ``names`` (given a name there if new)."""
+    name = names.assign(column.name) if names is not None else column.name
+    field = pa.field(name, column_type(column.type).arrow, nullable=column.name not in set(key))
+    return with_source(field, column.name)
 
 
 def lossless(old: pa.DataType, new: pa.DataType) -> bool:
@@ -141,7 +146,8 @@ def create_mirror(ctx: Context, columns: Iterable[ddl.Column], key: tuple[str, .
         columns += [ddl.Column(name=c, type="varchar(255)") for c in SOURCE_COLUMNS]
         if key and ctx.source_in_key():
             key = (*key, *SOURCE_COLUMNS)
-    fields = [arrow_field(c, key) for c in columns]
+    names = ColumnMap(CDC_FIELDS)
+    fields = [arrow_field(c, key, names) for c in columns]
     ctx.applier.mirror.create(pa.schema([*fields, *CDC_FIELDS]))
     return key
 
@@ -153,8 +159,8 @@ def rewrite(ctx: Context, transform: Callable[[pa.Table], pa.Table]) -> None:
 
 
 def add_columns(ctx: Context, columns: Iterable[ddl.Column]) -> None:
-    existing = set(ctx.applier.mirror.schema().names)
-    missing = [arrow_field(c) for c in columns if c.name not in existing]
+    names = ColumnMap(ctx.applier.mirror.schema())
+    missing = [arrow_field(c, (), names) for c in columns if c.name not in names]
     if missing:
         ctx.applier.mirror.add_columns(missing)
 
@@ -182,7 +188,7 @@ def change_type(ctx: Context, name: str, source_type: str) -> None:
         return
 
     def cast(data: pa.Table) -> pa.Table:
-        index = data.schema.get_field_index(name)
+        index = data.schema.get_field_index(current.name)
         try:
             column = data.column(index).cast(target, safe=True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
@@ -200,7 +206,8 @@ def retype_untyped(ctx: Context, current: pa.Field, source_type: str, target: pa
     a value that does not fit becomes NULL and a dead letter naming the column, the row's key and the
     value (the row came from an earlier batch, so there is no raw record to attach)."""
     name = current.name
-    key = ctx.applier.table_state.primary_key
+    source = source_name(current)
+    key = ctx.applier._key()
     dead: list[DeadRow] = []
 
     def cast(data: pa.Table) -> pa.Table:
@@ -210,7 +217,7 @@ def retype_untyped(ctx: Context, current: pa.Field, source_type: str, target: pa
             values, target, timezone=ctx.config.source.timezone, zero_dates=ctx.config.source.zero_dates
         )
         if errors and name in key:
-            raise SchemaApplyError(f"key column {name!r}: stored values do not fit {source_type}")
+            raise SchemaApplyError(f"key column {source!r}: stored values do not fit {source_type}")
         for error in errors:
             row = {k: data.column(k)[error.row].as_py() for k in key}
             dead.append(
@@ -222,13 +229,14 @@ def retype_untyped(ctx: Context, current: pa.Field, source_type: str, target: pa
                         "index": None,
                         "row": None,
                     },
-                    error=f"column {name!r}: stored value of row {row} set to NULL: {error.message} "
+                    error=f"column {source!r}: stored value of row {row} set to NULL: {error.message} "
                     f"(declared {source_type} by a DDL at {ctx.seq_text})",
                     database=ctx.table[0],
                     table=ctx.table[2],
                 )
             )
-        return data.set_column(index, pa.field(name, target, nullable=current.nullable), typed)
+        typed_field = with_source(pa.field(name, target, nullable=current.nullable), source)
+        return data.set_column(index, typed_field, typed)
 
     rewrite(ctx, cast)
     ctx.applier.result.dead.extend(dead)
@@ -242,7 +250,8 @@ def reconcile(ctx: Context, columns: tuple[ddl.Column, ...], key: tuple[str, ...
             change_type(ctx, column.name, column.type)
     if exact and not ctx.routed:
         declared = {c.name for c in columns}
-        extra = [n for n in data_fields(ctx.applier.mirror.schema()) if n not in declared]
+        fields = data_fields(ctx.applier.mirror.schema())
+        extra = [f.name for n, f in fields.items() if n not in declared]
         if extra:
             rewrite(ctx, lambda data: data.drop_columns(extra))
             ctx.columns_removed()
@@ -331,7 +340,7 @@ def fill_default(ctx: Context, column: ddl.Column) -> None:
         log.warning("default not applied to existing rows", table=table_label(ctx.table), **note)
         ctx.applier.result.defaults.append(note)
     elif value is not None:  # (None: a NULL, e.g. a zero date under source.zero_dates: null)
-        ctx.defaults[column.name] = (value, note)
+        ctx.defaults[current.name] = (value, note)  # (by its mirror name)
 
 
 def _shard(ctx: Context) -> dict[str, str] | None:
@@ -347,7 +356,7 @@ def flush_defaults(ctx: Context) -> None:
     replayed or redelivered batch) leaves the same values."""
     if not ctx.defaults or not ctx.applier.mirror.exists():  # (dropped by a later change of the event)
         return
-    names = set(data_fields(ctx.applier.mirror.schema()))
+    names = set(ctx.applier.mirror.schema().names)
     pending = {n: v for n, v in ctx.defaults.items() if n in names}  # (a column dropped again meanwhile)
     ctx.defaults = {}
     if not pending:
@@ -404,15 +413,16 @@ def _(change: ddl.DropColumn, ctx: Context) -> None:
     mirror = ctx.applier.mirror
     if ctx.policy != "evolve" or not mirror.exists():
         return
-    present = change.name in data_fields(mirror.schema())
+    column = data_fields(mirror.schema()).get(change.name)
+    present = column is not None
     if present and change.name in ctx.applier.table_state.primary_key:
         raise SchemaApplyError(f"column {change.name!r} is part of the mirror's key; it cannot be dropped")
     # Recorded before the mirror changes (and when the column is gone already): a restart after a kill -9
     # between the two applies this batch's rows before the DROP again, and they must not add it back.
     ctx.columns_removed()
     ctx.applier.record_state()
-    if present:
-        rewrite(ctx, lambda data: data.drop_columns([change.name]))
+    if column is not None:
+        rewrite(ctx, lambda data: data.drop_columns([column.name]))
 
 
 @apply_change.register
@@ -422,11 +432,17 @@ def _(change: ddl.RenameColumn, ctx: Context) -> None:
         return
     fields = data_fields(mirror.schema())
     to_rename = change.old in fields and change.new not in fields
-    done = ctx.policy == "evolve" and change.old not in fields and change.new in fields
+    # A rename that changes only the case is applied under lenient too: the mirror cannot keep both names
+    # as they are (Delta compares them without case), and the values move with the column.
+    case_only = change.old != change.new and change.old.casefold() == change.new.casefold()
+    exact = ctx.policy == "evolve" or case_only
+    done = exact and change.old not in fields and change.new in fields
     if not (to_rename or done):
         return
-    if ctx.policy == "lenient":  # the old column keeps its values; the new name is added next to it
-        mirror.add_columns([fields[change.old].with_name(change.new)])
+    if not exact:  # lenient: the old column keeps its values; the new name is added next to it
+        names = ColumnMap(mirror.schema())
+        added = fields[change.old].remove_metadata().with_name(names.assign(change.new))
+        mirror.add_columns([with_source(added, change.new)])
         return
     # Recorded before the mirror changes (and when it has changed already): a restart after a kill -9
     # between the two applies this batch's rows before the RENAME again, under the old name
@@ -437,13 +453,34 @@ def _(change: ddl.RenameColumn, ctx: Context) -> None:
     ctx.applier.record_state()
 
     def rename(data: pa.Table) -> pa.Table:
-        return data.rename_columns([change.new if n == change.old else n for n in data.column_names])
+        # The new source name's mirror name among the others' (the old one's is free again).
+        names = ColumnMap(data.schema)
+        old = names.get(change.old)
+        names.release(change.old)
+        new = names.assign(change.new)
+        at = data.schema.get_field_index(old)
+        renamed = with_source(data.schema.field(at).with_name(new), change.new)
+        return data.set_column(at, renamed, data.column(at))
 
+    old_name = fields[change.old].name if to_rename else change.old
     if to_rename:
         rewrite(ctx, rename)
     key = ctx.applier.table_state.primary_key
     if change.old in key:
+        rename_tombstones(ctx, old_name, ColumnMap(mirror.schema()).name(change.new))
         ctx.set_state(primary_key=tuple(change.new if k == change.old else k for k in key))
+
+
+def rename_tombstones(ctx: Context, old: str, new: str) -> None:
+    """A renamed key column's tombstones follow it (the guard reads them by the key's mirror names)."""
+    tombstones = ctx.applier.state.tombstones(ctx.table)
+    if not tombstones.exists():
+        return
+    names = tombstones.schema().names
+    if old in names and new not in names:
+        ctx.applier.state.check_state_path(tombstones.path, "rewrite")
+        data = tombstones.read()
+        tombstones.overwrite(data.rename_columns([new if n == old else n for n in data.column_names]))
 
 
 @apply_change.register
@@ -733,12 +770,12 @@ def reconcile_declared_types(config: JobConfig, state: Any) -> list[str]:
         mirror = state.writer(table.mirror)
         if not mirror.exists():
             continue
-        schema = mirror.schema()
+        fields = data_fields(mirror.schema())
         name = table_label(table.id)
         for column, source_type in declared.items():
-            if column not in schema.names:
+            if column not in fields:
                 continue  # typed when it first arrives (with_declared_types)
-            current, target = schema.field(column), column_type(source_type).arrow
+            current, target = fields[column], column_type(source_type).arrow
             if current.type == target:
                 continue
             note = _retype(mirror, current, target, source_type, config, column in table.primary_key)
@@ -766,7 +803,8 @@ def _retype(
                 f"kept as text: {len(errors)} stored values do not parse as {source_type} "
                 f"(e.g. {errors[0]!r}); fix them or the declared type"
             )
-        mirror.overwrite(data.set_column(index, pa.field(name, target, nullable=current.nullable), typed))
+        field = with_source(pa.field(name, target, nullable=current.nullable), source_name(current))
+        mirror.overwrite(data.set_column(index, field, typed))
         return f"applied: the text column now holds {target}"
     if lossless(current.type, target):
         data = mirror.read()

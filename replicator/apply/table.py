@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from replicator import payload
 from replicator.apply import documents
+from replicator.columns import ColumnMap, source_name, with_source
 from replicator.fold import mirror_files
 from replicator.fold.arrow import delivered_after, rows_system, seq_system
 from replicator.logging import get_logger
@@ -238,6 +239,7 @@ class TableApplier:
         self._tombstoned: pa.Array | None = None
         self._documents = False  # rows merged as documents (resolve_documents)
         self._recorded = work.state  # the state before the barrier being applied (record_state)
+        self._mirror_key: tuple[tuple[str, ...], list[str]] | None = None  # (_key)
 
     @property
     def mirror(self) -> MirrorWriter:
@@ -257,8 +259,14 @@ class TableApplier:
         ordered = [*key, *[c for c in self.work.types if c not in key and c in present]]
         seen = set(ordered)  # (a set: a list's membership test made a wide row's apply quadratic)
         ordered += [c for c in columns if c not in seen]
+        exists = self.mirror.exists()
+        # Source names -> mirror names (replicator.columns), new ones named in this order.
+        names = ColumnMap(self.mirror.schema() if exists else CDC_FIELDS)
+        known = {name for name in ordered if name in names}
         fields = []
         for name in ordered:
+            if name in known:
+                continue
             ctype = column_type(self.work.types.get(name))
             if not ctype.known and name in self.work.types:
                 log.warning(
@@ -270,18 +278,18 @@ class TableApplier:
             # A string column only because no message declared a type (CKafka format one): marked, so that a
             # later CREATE / ALTER declaring its type retypes it (apply.schema.change_type).
             untyped = UNTYPED if name not in self.work.types else None
-            fields.append(pa.field(name, ctype.arrow, nullable=name not in key, metadata=untyped))
-        if not self.mirror.exists():
+            column = pa.field(names.assign(name), ctype.arrow, nullable=name not in key, metadata=untyped)
+            fields.append(with_source(column, name))
+        if not exists:
             self.mirror.create(pa.schema([*fields, *CDC_FIELDS]))
             return
-        existing = set(self.mirror.schema().names)
-        missing = [f for f in fields if f.name not in existing]
+        missing = fields
         if not missing:
             return
         if self.policy == "ignore" or not self.add_columns:
             if part is not None and part.num_rows:
                 keys = images(part).combine_chunks().keys
-                unknown = pa.array([f.name for f in missing], pa.string())
+                unknown = pa.array([source_name(f) for f in missing], pa.string())
                 self.result.ignored_values += int(pc.sum(pc.is_in(keys, value_set=unknown)).as_py() or 0)
             return
         if self.policy == "fail":
@@ -290,7 +298,8 @@ class TableApplier:
             first = part["position"][0].as_py() if part is not None and part.num_rows else None
             name = table_label(self.work.table)
             raise SchemaChangeFailed(
-                f"new columns {[f.name for f in missing]} in rows of {name} without a DDL (at {first})"
+                f"new columns {[source_name(f) for f in missing]} in rows of {name} without a DDL "
+                f"(at {first})"
                 "  [schema_evolution: fail]"
             )
         self.mirror.add_columns(missing)
@@ -320,14 +329,14 @@ class TableApplier:
             rest = rows[REST].combine_chunks()
             # A mirror column in REST: a row older than its rename carried it under its old name (older_names)
             named = set(pc.unique(rest.keys).to_pylist()) if len(rest) else set()
-            renamed = [f for f in fields if f.name in given and f.name in named]
+            renamed = [f for f in fields if f.name in given and source_name(f) in named]
             typed, bad = type_images(
                 rest, [*added, *renamed], timezone=self.timezone, zero_dates=self.zero_dates
             )
             columns.update(zip((f.name for f in added), typed[: len(added)], strict=True))
             columns.update((name, struct.field(i)) for name, i in given.items())
             for f, values in zip(renamed, typed[len(added) :], strict=True):
-                carried = pc.is_valid(pc.map_lookup(rest, f.name, "first"))
+                carried = pc.is_valid(pc.map_lookup(rest, source_name(f), "first"))
                 columns[f.name] = pc.if_else(carried, values, columns[f.name])
             errors = rows[TYPE_ERROR]
             whole = errors.null_count == len(errors)
@@ -364,7 +373,7 @@ class TableApplier:
             return part
         column = "image" if "image" in part.column_names else REST
         carried = part[column].combine_chunks()
-        names = set(self.mirror.schema().names) if self.mirror.exists() else set()
+        names = {source_name(f) for f in self.mirror.schema()} if self.mirror.exists() else set()
         for rename in json.loads(self.table_state.renames):
             if rename["old"] in names:  # recorded, not applied yet (a kill -9 between the two, a restart)
                 continue
@@ -407,7 +416,17 @@ class TableApplier:
 
     # ---- guards -------------------------------------------------------------------------------------------
     def _key(self) -> list[str]:
-        return list(self.table_state.primary_key)
+        """The key's mirror columns (the state names the source's: the fold finds them in the images).
+        Kept until the key or the schema changes by a barrier: the guards ask for it several times."""
+        key = self.table_state.primary_key
+        if self._mirror_key is None or self._mirror_key[0] != key:
+            self._mirror_key = (key, self.mirror_names(key))
+        return list(self._mirror_key[1])
+
+    def mirror_names(self, sources: Sequence[str]) -> list[str]:
+        """Source column names -> the mirror's names for them (replicator.columns)."""
+        names = ColumnMap(self.mirror.schema() if self.mirror.exists() else ())
+        return [names.assign(s) for s in sources]  # (a key of `id` and `ID` too)
 
     def guard(self, batch: pa.Table) -> pa.Table:
         """Drop rows not newer than the table's truncate point or than their key's tombstone. Notes the
@@ -748,7 +767,7 @@ class TableApplier:
         if self._documents:  # (a segment of deletes alone must not create a mirror without them)
             keys += [f.name for f in DOCUMENT_FIELDS if f.name not in keys]
         if TYPED in part.column_names:  # typed by the fold tasks; the images' other columns are in REST
-            keys = [f.name for f in part.schema.field(TYPED).type] + keys
+            keys = [source_name(f) for f in part.schema.field(TYPED).type] + keys
         self.ensure_table(keys, part)
         part = self.older_names(part)
         typed, dead = self.typed(part)
@@ -807,6 +826,7 @@ class TableApplier:
 
     def apply_barrier(self, event: dict[str, Any]) -> None:
         self.result.ddl.append(event)
+        self._mirror_key = None
         if self.on_barrier is not None:
             self._recorded = self.table_state  # (the positions before it are saved with the batch)
             self.on_barrier(self, event)
@@ -866,7 +886,7 @@ def append_snapshot(applier: TableApplier, typed: pa.Table, txn: Txn | None) -> 
         return False
     if not pc.all(pc.equal(typed[CDC_OP], "snapshot")).as_py():
         return False
-    key = list(applier.table_state.primary_key)
+    key = applier._key()
     mirror = applier.mirror
     if mirror.exists():
         stored = mirror.read_keys(key[0], typed[key[0]].combine_chunks(), key)

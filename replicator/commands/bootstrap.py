@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from replicator.apply.phases import INCREMENTAL, LOADING, SNAPSHOT_DONE, SNAPSHOT_LOADING, SNAPSHOT_SCHEMA
 from replicator.apply.table import CDC_FIELDS
+from replicator.columns import ColumnMap, with_source
 from replicator.config import ConfigError, JobConfig, _key_path
 from replicator.logging import get_logger
 from replicator.model import CDC_EVENT_TIME, CDC_OP, CDC_POSITION, CDC_SEQ
@@ -225,6 +226,16 @@ def with_cdc(data: pa.Table, snapshot: TableSnapshot, seq: str) -> pa.Table:
     return data
 
 
+def mirror_columns(data: pa.Table, schema: pa.Schema | None, key: list[str]) -> tuple[pa.Table, list[str]]:
+    """A snapshot file's columns (source names) under their mirror names (replicator.columns: the
+    mirror's, or given now in the engine's order, the key first), and the key's mirror names."""
+    names = ColumnMap(schema if schema is not None else CDC_FIELDS)
+    for k in key:
+        names.assign(k)
+    fields = [with_source(f.with_name(names.assign(f.name)), f.name) for f in data.schema]
+    return pa.Table.from_arrays(data.columns, schema=pa.schema(fields)), [names.name(k) for k in key]
+
+
 def _mirror_schema(data: pa.Table, key: list[str]) -> pa.Schema:
     missing = [k for k in key if k not in data.column_names]
     if missing:
@@ -287,8 +298,9 @@ def load_table(
             bar.update(1)
             continue
         data = read_table_file(snapshot, path)
+        data, key = mirror_columns(data, mirror.schema() if mirror.exists() else None, snapshot.key)
         if not mirror.exists():
-            mirror.create(_mirror_schema(data, snapshot.key))
+            mirror.create(_mirror_schema(data, key))
         schema = mirror.schema()
         data = with_cdc(data, snapshot, seq)
         data = data.select(schema.names).cast(schema)

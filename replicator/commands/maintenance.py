@@ -39,8 +39,10 @@ def optimize(
     """Cluster (z-order by key) every mirror matching the ``tables`` glob into files of about
     ``target_size`` bytes (delta-rs' default: 100 MB; smaller files make a narrow batch rewrite less);
     vacuum files older than ``vacuum_hours`` that no version needs (None: no vacuum)."""
+    import pyarrow as pa
     from deltalake import DeltaTable
 
+    from replicator.columns import ColumnMap
     from replicator.sinks.delta_rs import column_mapped, has_deletion_vectors
 
     state = State.of(config)
@@ -55,15 +57,18 @@ def optimize(
         # Rewrites and vacuums (deletes files): only a mirror of this job's registry under target.path.
         state.check_mirror((database, schema, name), known.mirror, "optimize", registry)
         mirror = DeltaTable(known.mirror)
+        # The key's mirror columns (replicator.columns): the registry names the source's.
+        names = ColumnMap(pa.schema(mirror.schema().to_arrow()))
+        key = [names.assign(k) for k in known.primary_key]
         # delta-rs refuses OPTIMIZE of a column-mapped table ("not supported for write operation 'OPTIMIZE'")
         if has_deletion_vectors(mirror) or column_mapped(mirror):
-            result = _optimize_with_spark(config, label, known.mirror, list(known.primary_key), vacuum_hours)
+            result = _optimize_with_spark(config, label, known.mirror, key, vacuum_hours)
             log.info("optimized", **result.__dict__)
             done.append(result)
             continue
         metrics: dict[str, Any] = (
-            mirror.optimize.z_order(list(known.primary_key), target_size=target_size)
-            if known.primary_key
+            mirror.optimize.z_order(key, target_size=target_size)
+            if key
             else mirror.optimize.compact(target_size=target_size)
         )
         vacuumed = 0

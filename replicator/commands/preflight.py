@@ -256,7 +256,10 @@ def key_warnings(config: JobConfig) -> list[str]:
         mirror = writer(table.mirror)
         if not mirror.exists():
             return None
-        missing = [c for c in key if c not in mirror.schema().names]
+        from replicator.columns import ColumnMap
+
+        names = ColumnMap(mirror.schema())  # (the key names source columns: replicator.columns)
+        missing = [c for c in key if c not in names]
         if not missing:
             return None
         name = table_label((table.database, table.schema, table.table))

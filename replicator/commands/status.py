@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from replicator.columns import ColumnMap, renamed_columns
 from replicator.config import JobConfig
 from replicator.kafka_topics import TopicIds
 from replicator.model import table_label
@@ -43,7 +44,8 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
     tables = []
     for table in sorted(state.tables().values(), key=lambda t: t.id):
         mirror = state.writer(table.mirror)
-        rows = mirror.read(["_cdc_seq"]).num_rows if mirror.exists() else 0
+        exists = mirror.exists()
+        rows = mirror.read(["_cdc_seq"]).num_rows if exists else 0
         name = table_label((table.database, table.schema, table.table))
         lag = (now - table.last_event_time).total_seconds() if table.last_event_time else None
         tables.append(
@@ -60,6 +62,8 @@ def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
                 "lag_seconds": lag,
                 "dead_letters": dead_by_table.get(f"{table.database}.{table.table}", 0),
                 "mirror": table.mirror,
+                # source column -> mirror column where they differ (replicator.columns)
+                "columns": renamed_columns(mirror.schema()) if exists else [],
                 "behind": behind.get(name),
             }
         )
@@ -175,6 +179,9 @@ def print_status(config: JobConfig, as_json: bool = False, last_batches: int = 1
             f"{t['dead_letters']:>6,} {lag:>12}  {t['last_position'] or '-'} @ {t['last_event_time'] or '-'}"
         )
     for t in status["tables"]:
+        if t["columns"]:
+            print(f"{t['table']}: columns: {', '.join(t['columns'])}")
+    for t in status["tables"]:
         if t["behind"]:
             print(f"NOT UP TO DATE: {t['behind']}")
     if status["undecodable_dead_letters"]:
@@ -246,9 +253,9 @@ def print_tables(
                 print(f"== {name}: no history table (tables.history does not name it, or nothing yet)")
                 continue
             data = mirror.read()
-            order = [
-                (k, "ascending") for k in (*table.primary_key, "_cdc_valid_from") if k in data.column_names
-            ]
+            names = ColumnMap(mirror.schema())
+            key = [names.assign(k) for k in table.primary_key]
+            order = [(k, "ascending") for k in (*key, "_cdc_valid_from") if k in data.column_names]
             data = data.take(pc.sort_indices(data, order)) if order else data
             print(f"== {name} history ({data.num_rows} versions, key {', '.join(table.primary_key)}) {path}")
             frame = data.slice(0, limit).drop_columns(["_cdc_seq"]).to_pandas()
@@ -261,9 +268,14 @@ def print_tables(
             print(f"== {name}: no mirror table ({'dropped' if table.dropped else 'nothing applied yet'})")
             continue
         data = mirror.read()
+        schema = mirror.schema()
         if table.primary_key:
-            data = data.take(pc.sort_indices(data, [(k, "ascending") for k in table.primary_key]))
+            names = ColumnMap(schema)
+            key = [names.assign(k) for k in table.primary_key]
+            data = data.take(pc.sort_indices(data, [(k, "ascending") for k in key if k in data.column_names]))
         print(f"== {name}  ({data.num_rows} rows, key {', '.join(table.primary_key)}) {table.mirror}")
+        if renamed := renamed_columns(schema):
+            print(f"columns: {', '.join(renamed)}")
         frame = data.slice(0, limit).drop_columns(["_cdc_seq"]).to_pandas()
         with __import__("pandas").option_context("display.width", 200, "display.max_columns", 50):
             print(frame.to_string(index=False) if data.num_rows else "(empty)")

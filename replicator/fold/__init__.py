@@ -211,6 +211,7 @@ def typed(folded: pa.Table, schema: pa.Schema, plan: FoldPlan) -> pa.Table:
     ignores those columns as schema evolution says, and types them on the driver)."""
     import pyarrow as pa
 
+    from replicator.columns import source_name
     from replicator.model import CDC_COLUMNS, map_without
     from replicator.types import REST, TYPE_ERROR, TYPED, type_images
 
@@ -225,7 +226,7 @@ def typed(folded: pa.Table, schema: pa.Schema, plan: FoldPlan) -> pa.Table:
         folded.remove_column(at)
         .append_column(TYPED, pa.StructArray.from_arrays(columns, fields=fields))
         .append_column(TYPE_ERROR, pa.array(errors, pa.string()))
-        .append_column(REST, map_without(images, [f.name for f in fields]))
+        .append_column(REST, map_without(images, [source_name(f) for f in fields]))
     )
 
 

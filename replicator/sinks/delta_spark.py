@@ -61,6 +61,30 @@ def _ident(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def _recorded(field: pa.Field) -> dict[str, str]:
+    """The field's source name (replicator.columns.SOURCE_NAME), which Delta keeps as column metadata."""
+    from replicator.columns import SOURCE_NAME
+
+    value = (field.metadata or {}).get(SOURCE_NAME.encode())
+    return {SOURCE_NAME: value.decode()} if value is not None else {}
+
+
+def _spark_fields(fields: Sequence[pa.Field]):  # type: ignore[no-untyped-def]
+    """Arrow fields as Spark's, with their recorded source names as column metadata (SQL DDL cannot set
+    it; a DataFrame's schema written with ``mergeSchema`` can)."""
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StructField, StructType
+
+    return StructType(
+        [
+            StructField(
+                f.name, from_arrow_type(f.type, prefer_timestamp_ntz=True), f.nullable, _recorded(f) or None
+            )
+            for f in fields
+        ]
+    )
+
+
 class DeltaSparkWriter(MirrorWriter):
     merges_staged = True
     # Reads go through delta-rs (replicator.sinks.delta_rs.read_table, deletion vectors applied): `show`,
@@ -98,7 +122,16 @@ class DeltaSparkWriter(MirrorWriter):
     def schema(self) -> pa.Schema:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        return to_arrow_schema(self.spark.read.format("delta").load(self.path).schema, timezone="UTC")
+        from replicator.columns import SOURCE_NAME
+
+        spark_schema = self.spark.read.format("delta").load(self.path).schema
+        arrow = to_arrow_schema(spark_schema, timezone="UTC")
+        named = {f.name: f.metadata[SOURCE_NAME] for f in spark_schema if SOURCE_NAME in (f.metadata or {})}
+        if not named:
+            return arrow
+        return pa.schema(
+            [f.with_metadata({SOURCE_NAME: named[f.name]}) if f.name in named else f for f in arrow]
+        )
 
     def _frame(self, batch: pa.Table):  # type: ignore[no-untyped-def]
         """Arrow rows as a DataFrame whose types are the mirror's: a timestamp without a zone stays
@@ -112,6 +145,14 @@ class DeltaSparkWriter(MirrorWriter):
     def create(self, schema: pa.Schema, partition_by: Sequence[str] = ()) -> None:
         from pyspark.sql.pandas.types import from_arrow_type
 
+        # The columns from the first one with a recorded source name on are added after (add_columns keeps
+        # it), in their order.
+        first = next((i for i, f in enumerate(schema) if _recorded(f)), len(schema))
+        later = list(schema)[first:]
+        if later and first:
+            schema = pa.schema(list(schema)[:first], metadata=schema.metadata)
+        else:
+            later = []
         columns = ", ".join(
             f"{_ident(f.name)} {from_arrow_type(f.type, prefer_timestamp_ntz=True).simpleString()}"
             + ("" if f.nullable else " NOT NULL")
@@ -125,13 +166,18 @@ class DeltaSparkWriter(MirrorWriter):
         if self.description:
             sql += f" COMMENT {sql_string(self.description)}"
         properties = dict(self.properties)
-        if needs_column_mapping(schema.names):  # names with blanks, ',;{}()=': Delta maps them by name
+        if needs_column_mapping([*schema.names, *(f.name for f in later)]):  # blanks, ',;{}()=': mapped
             properties.setdefault(COLUMN_MAPPING, "name")
         if properties:  # (with the table's first commit)
             sql += " TBLPROPERTIES ({})".format(
                 ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in sorted(properties.items()))
             )
         self.spark.sql(sql)
+        self.add_columns(later)
+        if first == 0 and len(schema):  # (the first column mapped: the new table's schema written again)
+            frame = self.spark.createDataFrame([], _spark_fields(schema))
+            writer = frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+            writer.partitionBy(*partition_by).save(self.path)
 
     def describe(self, description: str) -> None:
         self.spark.sql(
@@ -157,6 +203,15 @@ class DeltaSparkWriter(MirrorWriter):
                 # (DELTA_FEATURES_REQUIRE_MANUAL_ENABLEMENT: timestampNtz); delta-rs enables it itself.
                 feature = "'delta.feature.timestampNtz' = 'supported'"
                 self.spark.sql(f"ALTER TABLE {self._table_ref} SET TBLPROPERTIES ({feature})")
+            if any(_recorded(f) for f in fields):
+                # ADD COLUMNS drops column metadata; a schema merge of no rows keeps it.
+                from pyspark.sql.types import StructType
+
+                current = self.spark.read.format("delta").load(self.path).schema
+                whole = StructType([*current.fields, *_spark_fields(fields).fields])  # (its NOT NULL ones)
+                frame = self.spark.createDataFrame([], whole)
+                frame.write.format("delta").mode("append").option("mergeSchema", "true").save(self.path)
+                return
             self.spark.sql(f"ALTER TABLE {self._table_ref} ADD COLUMNS ({cols})")
 
     def _mapping(self) -> str:

@@ -79,6 +79,12 @@ class HistoryTable:
 
     @cached_property
     def key(self) -> list[str]:
+        """The key's columns in the mirror and its history (replicator.columns)."""
+        return self.applier._key()
+
+    @property
+    def source_key(self) -> list[str]:
+        """The key's source columns: how the events' images name them."""
         return list(self.applier.table_state.primary_key)
 
     def apply(self, events: pa.Table, txn: Txn) -> int:
@@ -105,7 +111,7 @@ class HistoryTable:
         if not mirror.exists():
             # Every event of the batch preceded a TRUNCATE the mirror had already applied: the mirror
             # wrote nothing, the history still keeps them. The mirror is created (empty) to type them.
-            rows = event_rows(events, self.key)
+            rows = event_rows(events, self.source_key)
             if rows.num_rows == 0:
                 return 0
             self.applier.work.types = source_types(events)
@@ -128,7 +134,7 @@ class HistoryTable:
         if is_documents:
             return self._apply_documents(events, truncates, everything, txn)
         data = [f.name for f in schema if f.name not in CDC_COLUMNS]
-        typed, dead = self.applier.typed(event_rows(events, self.key))
+        typed, dead = self.applier.typed(event_rows(events, self.source_key))
         if dead:  # the mirror's own apply reports the values that do not fit (dead letters)
             log.warning(
                 "history skips events whose values do not fit",

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator import ddl
+from replicator.columns import ColumnMap, source_name, with_source
 from replicator.fold.arrow import IMAGE_TYPE
 from replicator.logging import get_logger
 from replicator.model import CDC_COLUMNS, CDC_EVENT_TIME, CDC_OP, CDC_SEQ, DML_OPS, keep, key_changes
@@ -209,6 +210,10 @@ def sync_schema(history: MirrorWriter, mirror: pa.Schema, renames: Sequence[tupl
         return
     names = {f.name for f in data}
     stored = {f.name: f for f in history.schema() if f.name not in HISTORY_COLUMNS}
+    # The renames name source columns: their mirror names (replicator.columns), the old one as stored.
+    stored_names = {source_name(f): n for n, f in stored.items()}
+    mirror_names = ColumnMap(mirror)
+    renames = [(stored_names.get(o, o), mirror_names.name(n)) for o, n in renames]
     rename = {o: n for o, n in renames if o in stored and o not in names and n in names and n not in stored}
     drop = [n for n in stored if n not in names and n not in rename]
     wanted = {f.name: f for f in data}
@@ -226,7 +231,10 @@ def sync_schema(history: MirrorWriter, mirror: pa.Schema, renames: Sequence[tupl
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                 log.warning("history column kept with its type", column=name, error=str(exc))
         table = table.rename_columns([rename.get(n, n) for n in table.column_names])
-        history.overwrite(table)
+        fields = [
+            with_source(f, source_name(wanted[f.name])) if f.name in wanted else f for f in table.schema
+        ]
+        history.overwrite(pa.Table.from_arrays(table.columns, schema=pa.schema(fields)))
     have = {rename.get(n, n) for n in stored if n not in drop}
     missing = [f for f in data if f.name not in have]
     if missing:
