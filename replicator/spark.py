@@ -160,6 +160,17 @@ def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> 
     return spark
 
 
+def writer_session(config: JobConfig) -> SparkSession | None:
+    """The session the job's mirror writer writes through (delta-spark), started with its jars and the job's
+    settings as the mirror job starts it; None for a writer that needs none (delta-rs). For the commands
+    that write mirrors outside a running job (bootstrap, repair)."""
+    from replicator.sinks import writer_factory
+
+    if not getattr(writer_factory(config.target.writer), "writes_with_spark", False):
+        return None
+    return get_spark(config)
+
+
 # Delta Lake for Spark's session settings (static: read when the session starts).
 DELTA_SPARK: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",

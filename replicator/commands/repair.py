@@ -63,6 +63,9 @@ def repair(config: JobConfig, tables: str) -> list[Repaired]:
     try:
         # every event of the tables: a cut after any event time (events without one are kept by replay)
         replay(config, out, as_of="9999-12-31T00:00:00Z", tables=tables)
+        from replicator.spark import writer_session
+
+        writer_session(config)  # the overwrite below, through Spark for a delta-spark job
         for item in chosen:
             name, known = item.name, item.state
             assert known.last_batch is not None and known.last_app is not None
