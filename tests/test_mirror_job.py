@@ -69,7 +69,8 @@ CRASH_SCRIPT = """
 import os, sys
 from replicator.sinks.delta_rs import DeltaRsWriter
 from replicator.sinks.delta_spark import DeltaSparkWriter
-cls, name = (DeltaRsWriter, "merge_guarded") if sys.argv[2] == "delta-rs" else (DeltaSparkWriter, "merge_frame")
+spark = sys.argv[2] == "delta-spark"
+cls, name = (DeltaSparkWriter, "merge_frame") if spark else (DeltaRsWriter, "merge_guarded")
 original = getattr(cls, name)
 commits = []
 def merge_then_die(self, *args, **kwargs):
