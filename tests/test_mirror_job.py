@@ -98,7 +98,8 @@ def test_killed_between_two_tables_commits_then_rerun_applies_once(tmp_path, wri
     crashed, reference = tmp_path / "crashed", tmp_path / "reference"
     for root in (crashed, reference):
         write_jsonl(root / "landing" / "m.jsonl", messages)
-        job_file(root, writer=writer)
+    job_file(crashed, writer=writer)
+    job_file(reference)  # the default writer's mirrors, uninterrupted: what either writer's rerun must equal
     died = subprocess.run(
         [sys.executable, "-c", CRASH_SCRIPT, str(crashed / "job.yaml"), writer],
         env=cli_env(),

@@ -78,6 +78,7 @@ def repair(config: JobConfig, tables: str) -> list[Repaired]:
             data = read_table(DeltaTable(str(rebuilt)))  # (a mirror with deletion vectors: applied)
             # An overwrite replaces every row: only this table's mirror under target.path.
             state.check_mirror(table, known.mirror, "repair", registry)
+            drop_orphan_checksums(known.mirror)
             writer(known.mirror).overwrite(data, Txn(known.last_app, known.last_batch))
             log.warning(
                 "mirror rebuilt from the change log", table=name, rows=data.num_rows, batch=known.last_batch
@@ -86,3 +87,17 @@ def repair(config: JobConfig, tables: str) -> list[Repaired]:
     finally:
         shutil.rmtree(out, ignore_errors=True)
     return done
+
+
+def drop_orphan_checksums(table: str) -> None:
+    """Remove the checksum files of commits no longer in a local table's log: Delta's ``<version>.crc`` and
+    Hadoop's hidden ``.<version>.json.crc``, which a commit deleted by hand leaves behind (a delta-spark
+    mirror has both). Spark's local file system checks the new commit of that version against the old
+    checksum and fails the repair's overwrite (ChecksumException)."""
+    log_dir = Path(table) / "_delta_log"
+    if "://" in table or not log_dir.is_dir():
+        return
+    for entry in log_dir.iterdir():
+        version = entry.name.lstrip(".").split(".", 1)[0]
+        if entry.name.endswith(".crc") and version.isdigit() and not (log_dir / f"{version}.json").exists():
+            entry.unlink(missing_ok=True)
