@@ -63,6 +63,14 @@ def test_status_prints_tables_and_batches_as_text(made):
     assert any(line.startswith("(undecodable records)") for line in lines)
 
 
+def test_status_writes_the_html_report(made, tmp_path):
+    out = tmp_path / "report.html"
+    assert run(made, "status", "--html", str(out)) == [f"wrote {out}"]
+    page = out.read_text(encoding="utf-8")
+    assert "<tr><td>shop.orders</td><td>incremental</td><td>2</td><td>0</td>" in page  # its mirror's rows
+    assert page.count("<svg") == 2  # the lag and throughput charts
+
+
 def test_dead_letters_groups_by_table_and_error(made):
     lines = run(made, "dead-letters")
     assert lines[0] == "job cli-commands: 1 dead letters pending, 0 retried, 0 discarded"
