@@ -227,9 +227,7 @@ class StorageConfig(_Model):
     allow_http: bool | None = Field(default=None, description="allow an http:// endpoint")
     access_key_env: str | None = Field(default=None, description="the variable holding the access key id")
     secret_key_env: str | None = Field(default=None, description="the variable holding the secret key")
-    session_token_env: str | None = Field(
-        default=None, description="the variable holding a session token"
-    )
+    session_token_env: str | None = Field(default=None, description="the variable holding a session token")
     lease_seconds: int = Field(
         default=60, ge=10, description="how long a job's lock on an object store lasts without a heartbeat"
     )
@@ -432,7 +430,9 @@ class CatalogConfig(_Model):
     """Mirrors (and history tables) registered as external Delta tables in Spark's session catalog, so that
     ``SELECT * FROM shop.orders`` finds them without their paths (docs/configuration.md, "Catalog")."""
 
-    enabled: bool = Field(default=False, description="register each mirror (and history table) the job writes")
+    enabled: bool = Field(
+        default=False, description="register each mirror (and history table) the job writes"
+    )
     database_prefix: str = Field(
         default="", pattern=r"^[A-Za-z0-9_]*$", description="put before each catalog database's name"
     )
@@ -528,13 +528,15 @@ class JobConfig(_Model):
         default=None, description="serve /metrics for Prometheus (off unless set)"
     )
     catalog: CatalogConfig = Field(
-        default=CatalogConfig(), description="register mirrors in Spark's session catalog (off unless enabled)"
+        default=CatalogConfig(),
+        description="register mirrors in Spark's session catalog (off unless enabled)",
     )
     storage: StorageConfig = Field(
         default=StorageConfig(), description="object-store access for s3:// paths (docs/object-storage.md)"
     )
     limits: LimitsConfig = Field(
-        default=LimitsConfig(), description="what one message may cost the job (docs/configuration.md, Limits)"
+        default=LimitsConfig(),
+        description="what one message may cost the job (docs/configuration.md, Limits)",
     )
     config_file: Path | None = Field(default=None, exclude=True)
 

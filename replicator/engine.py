@@ -240,7 +240,7 @@ class Engine:
     ) -> BatchSummary:
         """Raw records (sources.raw_schema) made on the driver as one micro-batch (tests, dead-letter
         retries): handed to Spark as they are, then the same path as a streamed batch."""
-        spark = spark or _spark()
+        spark = spark or _spark(self.config)
         return self._run(payload.frame(spark, [("records", records)]), "records", batch_id, time.monotonic())
 
     def process_files(
@@ -249,14 +249,14 @@ class Engine:
         """Message files ((uri, mtime ms), as sources.file_list gives them) as one micro-batch (bootstrap)."""
         from replicator.sources import listing_frame
 
-        spark = spark or _spark()
+        spark = spark or _spark(self.config)
         return self._run(listing_frame(spark, files), "files", batch_id, time.monotonic())
 
     def process_events(
         self, events: pa.Table, batch_id: int, spark: SparkSession | None = None
     ) -> BatchSummary:
         """Already decoded events (the change log, for replay) as one batch; not recorded as a batch."""
-        spark = spark or _spark()
+        spark = spark or _spark(self.config)
         return self._run(payload.frame(spark, [("events", events)]), "events", batch_id, None)
 
     def _run(self, inputs: DataFrame, kind: str, batch_id: int, started: float | None) -> BatchSummary:
@@ -982,10 +982,12 @@ def _buckets(spark: SparkSession) -> int:
     return 2 * max(1, spark.sparkContext.defaultParallelism)
 
 
-def _spark() -> SparkSession:
+def _spark(config: JobConfig) -> SparkSession:
+    """The session of a batch made outside the streaming query (replay, dead-letter retries, a message
+    bootstrap): the job's, with the jars its writer needs (a delta-spark job's MERGEs need Delta's)."""
     from replicator.spark import get_spark
 
-    return get_spark()
+    return get_spark(config)
 
 
 __all__ = ["Engine"]

@@ -90,8 +90,11 @@ REQUIRED: dict[str, str] = {
 }
 
 
-def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> SparkSession:
-    """Return the active session or build one.
+def get_spark(
+    config: JobConfig | None = None, app_name: str = "replicator", *, delta_spark: bool = False
+) -> SparkSession:
+    """Return the active session or build one; ``delta_spark``: with Delta Lake for Spark whatever the
+    job's writer (``optimize`` of a mirror delta-rs cannot rewrite).
 
     Under ``spark-submit`` (``SPARK_SUBMIT`` style launch, a master already set) only the required settings
     are applied; embedded, the local defaults are used with ``local[*]``.
@@ -126,7 +129,7 @@ def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> 
     elif active is None:
         for key, value in _unset(SESSION_DEFAULTS).items():
             builder = builder.config(key, value)
-    extras = jar_settings(config)
+    extras = jar_settings(config, delta_spark)
     if submitted and active is None:
         extras = _unset(extras)
     for key, value in extras.items():
@@ -162,6 +165,17 @@ def get_spark(config: JobConfig | None = None, app_name: str = "replicator") -> 
     return spark
 
 
+def writer_session(config: JobConfig) -> SparkSession | None:
+    """The session the job's mirror writer writes through (delta-spark), started with its jars and the job's
+    settings as the mirror job starts it; None for a writer that needs none (delta-rs). For the commands
+    that write mirrors outside a running job (bootstrap, repair)."""
+    from replicator.sinks import writer_factory
+
+    if not getattr(writer_factory(config.target.writer), "writes_with_spark", False):
+        return None
+    return get_spark(config)
+
+
 # Delta Lake for Spark's session settings (static: read when the session starts).
 DELTA_SPARK: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -176,7 +190,7 @@ DELTA_SPARK: dict[str, str] = {
 JARS_ENV = "REPLICATOR_SPARK_JARS"  # "all": every session gets the Kafka connector and Delta (the tests)
 
 
-def jar_settings(config: JobConfig | None) -> dict[str, str]:
+def jar_settings(config: JobConfig | None, delta_spark: bool = False) -> dict[str, str]:
     """The jars (``replicator.jars``) and settings a job's session needs beyond pyspark: the Kafka connector
     for a Kafka source, Delta Lake for Spark for the delta-spark writer and for the catalog (with Spark's Hive
     support: ``catalog.enabled``). The embedded default (files source, delta-rs writer) needs none, and its
@@ -184,7 +198,9 @@ def jar_settings(config: JobConfig | None) -> dict[str, str]:
     everything = os.environ.get(JARS_ENV) == "all"
     catalog = config is not None and config.catalog.enabled
     kafka = everything or (config is not None and config.source.type == "kafka")
-    delta = everything or catalog or (config is not None and config.target.writer == "delta-spark")
+    delta = (
+        everything or delta_spark or catalog or (config is not None and config.target.writer == "delta-spark")
+    )
     s3 = config is not None and config.on_object_store()
     settings: dict[str, str] = {}
     from replicator import jars

@@ -149,19 +149,36 @@ class Runner:
         return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
 
 
-def job_file(root: Path, extra: str = "", *, name: str = "cli-job", trigger: str | None = "1 second") -> Path:
-    """``root/job.yaml`` for the ``replicator`` command: canal-json files from ``landing`` into ``lake``,
-    state in ``state``, a ``trigger`` interval (None: the default), then the ``extra`` YAML lines."""
+def job_file(
+    root: Path,
+    extra: str = "",
+    *,
+    name: str = "cli-job",
+    trigger: str | None = "1 second",
+    writer: str = "delta-rs",
+    dialect: str = "canal-json",
+) -> Path:
+    """``root/job.yaml`` for the ``replicator`` command: ``dialect`` files from ``landing`` into ``lake``
+    (through ``writer``), state in ``state``, a ``trigger`` interval (None: the default), then the
+    ``extra`` YAML lines."""
     lines = [
         f"name: {name}",
-        "source: {type: files, path: landing, dialect: canal-json}",
-        "target: {path: lake}",
+        f"source: {{type: files, path: landing, dialect: {dialect}}}",
+        f"target: {{path: lake, writer: {writer}}}",
         "state: {path: state}",
         *([f"trigger: {{interval: {trigger}}}"] if trigger else []),
     ]
     path = root / "job.yaml"
     path.write_text("\n" + "\n".join(lines) + "\n" + extra, encoding="utf-8")
     return path
+
+
+def cli_env() -> dict[str, str]:
+    """The environment of a ``replicator`` command the tests start: Spark on 2 cores, and the jars its job
+    needs as a user's shell gets them (not every jar, which the tests' own session takes: conftest.py)."""
+    env = {**os.environ, "REPLICATOR_SPARK_MASTER": "local[2]"}
+    env.pop("REPLICATOR_SPARK_JARS", None)
+    return env
 
 
 def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -171,7 +188,7 @@ def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "REPLICATOR_SPARK_MASTER": "local[2]"},
+        env=cli_env(),
         cwd=Path(__file__).resolve().parent.parent,
     )
 

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -19,7 +16,7 @@ from deltalake import DeltaTable
 from replicator.commands.bootstrap import BootstrapError, bootstrap
 from replicator.positions import horizon, parse_position
 from tests.drs import dml, init_ddl, item, reference
-from tests.helpers import Runner, canal, ddl, job, order, write_jsonl
+from tests.helpers import WRITERS, Runner, canal, cli, ddl, job, job_file, order, write_jsonl
 
 ES = 1_700_000_000_000
 POSITION = str(ES + 50)  # canal-json: seq starts with es (ms); everything at or before es = ES + 50
@@ -244,29 +241,27 @@ def test_drs_snapshot_messages_then_mirror(spark, tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_bootstrap_and_status(tmp_path):
-    (tmp_path / "job.yaml").write_text(
-        "name: cli-boot\nsource: {type: files, path: landing, dialect: canal-json}\n"
-        "target: {path: lake}\nstate: {path: state}\ntables: {keys: {shop.orders: [id]}}\n",
-        encoding="utf-8",
+@pytest.mark.parametrize("writer", WRITERS)
+def test_cli_bootstrap_and_status(tmp_path, writer):
+    """Through the command with either writer: the mirror made from table files and its history table
+    seeded with the snapshot's rows (a delta-spark job's bootstrap starts the session it writes through)."""
+    config = str(
+        job_file(tmp_path, "tables: {keys: {shop.orders: [id]}, history: [shop.orders]}\n", writer=writer)
     )
     write_snapshot(tmp_path / "snap", [[1, 2, 3]])
-    env = {**os.environ, "REPLICATOR_SPARK_MASTER": "local[2]"}
 
-    def cli(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "replicator.commands.cli", *args, "--config", str(tmp_path / "job.yaml")],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-            check=False,
-        )
-
-    done = cli("bootstrap", "--snapshot", str(tmp_path / "snap"), "--position", "mysql-bin.000070:6816")
+    done = cli(
+        "bootstrap",
+        "--snapshot",
+        str(tmp_path / "snap"),
+        "--position",
+        "mysql-bin.000070:6816",
+        "--config",
+        config,
+    )
     assert done.returncode == 0, done.stderr
     assert "shop.orders: snapshot_done, 3 snapshot rows" in done.stdout
-    status = cli("status", "--json")
+    status = cli("status", "--json", "--config", config)
     assert status.returncode == 0, status.stderr
     [table] = json.loads(status.stdout)["tables"]
     assert (table["phase"], table["rows"], table["last_position"]) == (
@@ -274,3 +269,6 @@ def test_cli_bootstrap_and_status(tmp_path):
         3,
         "mysql-bin.000070:6816",
     )
+    shown = cli("show", "--history", "--config", config)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("== shop.orders history (3 versions, key id)"), shown.stdout

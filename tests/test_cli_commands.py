@@ -1,9 +1,11 @@
 """The read and maintenance commands through the ``replicator`` command line (its parser, its output), on
-a job two real batches made: ``show``, ``status`` (text), ``dead-letters``, ``optimize`` and ``replay``."""
+a job two real batches made with either writer: ``show``, ``status`` (text), ``dead-letters``,
+``optimize``, ``replay`` and ``repair``."""
 
 from __future__ import annotations
 
 import re
+import shutil
 from decimal import Decimal
 from pathlib import Path
 
@@ -11,22 +13,23 @@ import pytest
 from deltalake import DeltaTable
 
 from replicator.config import load_config
-from tests.helpers import Runner, canal, cli, delta_table, order
+from tests.helpers import WRITERS, Runner, canal, cli, delta_table, order
 
 ES = 1_700_000_000_000
 JOB = """\
 name: cli-commands
-source: {type: files, path: landing, dialect: canal-json}
-target: {path: lake}
-state: {path: state}
+source: {{type: files, path: landing, dialect: canal-json}}
+target: {{path: lake, writer: {writer}}}
+state: {{path: state}}
 """
 
 
-@pytest.fixture(scope="module")
-def made(spark, tmp_path_factory) -> Path:
-    """Batch 0 inserts ids 1 and 2; batch 1 renames 1 to "b" and carries a line that is not JSON."""
+@pytest.fixture(scope="module", params=WRITERS)
+def made(request, spark, tmp_path_factory) -> Path:
+    """Batch 0 inserts ids 1 and 2; batch 1 renames 1 to "b" and carries a line that is not JSON. The
+    mirror written by each writer (the commands read and rewrite either)."""
     root = tmp_path_factory.mktemp("cli")
-    (root / "job.yaml").write_text(JOB, encoding="utf-8")
+    (root / "job.yaml").write_text(JOB.format(writer=request.param), encoding="utf-8")
     runner = Runner(spark, load_config(root / "job.yaml"))
     runner.messages(root, [canal("INSERT", [order(1, "a"), order(2, "c")], es=ES)])
     runner.messages(root, [canal("UPDATE", [order(1, "b")], old=[{"name": "a"}], es=ES + 60_000), "oops"])
@@ -60,6 +63,14 @@ def test_status_prints_tables_and_batches_as_text(made):
     assert any(line.startswith("(undecodable records)") for line in lines)
 
 
+def test_status_writes_the_html_report(made, tmp_path):
+    out = tmp_path / "report.html"
+    assert run(made, "status", "--html", str(out)) == [f"wrote {out}"]
+    page = out.read_text(encoding="utf-8")
+    assert "<tr><td>shop.orders</td><td>incremental</td><td>2</td><td>0</td>" in page  # its mirror's rows
+    assert page.count("<svg") == 2  # the lag and throughput charts
+
+
 def test_dead_letters_groups_by_table_and_error(made):
     lines = run(made, "dead-letters")
     assert lines[0] == "job cli-commands: 1 dead letters pending, 0 retried, 0 discarded"
@@ -90,3 +101,30 @@ def test_optimize_rewrites_the_files_and_keeps_the_rows(made):
     assert DeltaTable(str(mirror)).history(1)[0]["operation"] == "OPTIMIZE"
     assert sorted(delta_table(mirror).to_pylist(), key=lambda r: r["id"]) == before
     assert [r["amount"] for r in before] == [Decimal("1.00")] * 2
+
+
+@pytest.mark.slow
+def test_repair_rebuilds_a_mirror_that_lost_its_newest_commit(made, tmp_path):
+    """The mirror's newest log file deleted by hand (a copy of the job): the mirror command refuses to
+    start, ``repair`` rebuilds it from the change log with the commit of the batch the registry recorded."""
+    job = tmp_path / "job"
+    shutil.copytree(made, job)
+    mirror = job / "lake" / "shop" / "orders"
+    before = sorted(delta_table(mirror).to_pylist(), key=lambda r: r["id"])
+    # Batch 1's commit and those after it (an optimize's), as `rm _delta_log/<version>.*` removes them: the
+    # JSON file and a delta-spark mirror's <version>.crc; the hidden .<version>.json.crc stays.
+    batch_1 = min(v for v in range(DeltaTable(str(mirror)).version() + 1) if applied(mirror, v) == 1)
+    for lost in (mirror / "_delta_log").glob("[0-9]*.*"):
+        if int(lost.name.split(".")[0]) >= batch_1:
+            lost.unlink()
+    assert [r["name"] for r in sorted(delta_table(mirror).to_pylist(), key=lambda r: r["id"])] == ["a", "c"]
+    lines = run(job, "repair", "--tables", "shop.orders")
+    assert lines == ["shop.orders: rebuilt from the change log, 2 rows, as of batch 1"]
+    assert sorted(delta_table(mirror).to_pylist(), key=lambda r: r["id"]) == before
+    assert applied(mirror) == 1
+    assert run(job, "status")[0] == "job cli-commands: 1 table, 1 pending dead letter"
+
+
+def applied(mirror: Path, version: int | None = None) -> int | None:
+    """The job's newest batch in a mirror's log (at ``version``)."""
+    return DeltaTable(str(mirror), version=version).transaction_version("cli-commands")

@@ -16,14 +16,14 @@ import pytest
 from chispa import assert_df_equality
 
 from tests import helpers
-from tests.helpers import canal, cli, delta_table, order, write_jsonl
+from tests.helpers import WRITERS, canal, cli, cli_env, delta_table, order, write_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 ES = 1_700_000_000_000
 
 
-def job_file(root: Path, extra: str = "") -> Path:
-    return helpers.job_file(root, extra, name="cli-job")
+def job_file(root: Path, extra: str = "", writer: str = "delta-rs") -> Path:
+    return helpers.job_file(root, extra, name="cli-job", writer=writer)
 
 
 def delta_rows(path: Path) -> list[dict]:
@@ -39,9 +39,12 @@ def batches(state: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_available_now_twice_processes_only_new_files(tmp_path):
+@pytest.mark.parametrize("writer", WRITERS)
+def test_available_now_twice_processes_only_new_files(tmp_path, writer):
+    """With either writer; with tables.keys, whose check before the second run reads the mirror's columns
+    (a delta-spark job's second run once stopped there, asking for jars that were installed)."""
     write_jsonl(tmp_path / "landing" / "a.jsonl", [canal("INSERT", [order(1), order(2)], es=ES)])
-    config = job_file(tmp_path)
+    config = job_file(tmp_path, "tables: {keys: {shop.orders: [id]}}\n", writer)
     first = cli("mirror", "--config", str(config), "--available-now")
     assert first.returncode == 0, first.stderr[-3000:]
     summary_lines = [json.loads(line) for line in first.stderr.splitlines() if line.startswith("{")]
@@ -57,12 +60,18 @@ def test_available_now_twice_processes_only_new_files(tmp_path):
     assert status.returncode == 0, status.stderr[-2000:]
     report = json.loads(status.stdout)
     assert report["tables"][0]["table"] == "shop.orders" and report["tables"][0]["rows"] == 1
+    assert "Traceback" not in first.stderr + second.stderr + status.stderr
 
 
+# The writer's MERGE (argv[2]: delta-rs' merge_guarded, delta-spark's merge_frame, which its merge_guarded
+# and its staged upserts go through).
 CRASH_SCRIPT = """
 import os, sys
 from replicator.sinks.delta_rs import DeltaRsWriter
-original = DeltaRsWriter.merge_guarded
+from replicator.sinks.delta_spark import DeltaSparkWriter
+spark = sys.argv[2] == "delta-spark"
+cls, name = (DeltaSparkWriter, "merge_frame") if spark else (DeltaRsWriter, "merge_guarded")
+original = getattr(cls, name)
 commits = []
 def merge_then_die(self, *args, **kwargs):
     result = original(self, *args, **kwargs)
@@ -70,14 +79,15 @@ def merge_then_die(self, *args, **kwargs):
     if len(commits) == 1:
         os._exit(137)  # the process dies between the first and the second table's commit
     return result
-DeltaRsWriter.merge_guarded = merge_then_die
+setattr(cls, name, merge_then_die)
 from replicator.commands.cli import main
 sys.exit(main(["mirror", "--config", sys.argv[1], "--available-now"]))
 """
 
 
 @pytest.mark.slow
-def test_killed_between_two_tables_commits_then_rerun_applies_once(tmp_path):
+@pytest.mark.parametrize("writer", WRITERS)
+def test_killed_between_two_tables_commits_then_rerun_applies_once(tmp_path, writer):
     messages = [
         canal("INSERT", [order(1, "a"), order(2, "b")], es=ES),
         canal("INSERT", [order(10, "x")], es=ES + 1, table="customers"),
@@ -88,11 +98,11 @@ def test_killed_between_two_tables_commits_then_rerun_applies_once(tmp_path):
     crashed, reference = tmp_path / "crashed", tmp_path / "reference"
     for root in (crashed, reference):
         write_jsonl(root / "landing" / "m.jsonl", messages)
-        job_file(root)
-    env = {**os.environ, "REPLICATOR_SPARK_MASTER": "local[2]"}
+    job_file(crashed, writer=writer)
+    job_file(reference)  # the default writer's mirrors, uninterrupted: what either writer's rerun must equal
     died = subprocess.run(
-        [sys.executable, "-c", CRASH_SCRIPT, str(crashed / "job.yaml")],
-        env=env,
+        [sys.executable, "-c", CRASH_SCRIPT, str(crashed / "job.yaml"), writer],
+        env=cli_env(),
         cwd=REPO,
         capture_output=True,
         text=True,

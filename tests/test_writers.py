@@ -180,6 +180,72 @@ def test_fill_sets_a_typed_value_in_rows_older_than_the_bound(writer, arrow_type
     assert writer.fill(values, "_cdc_seq", "2", match={"shard": "a"}) == 0
 
 
+def test_overwrite_replaces_rows_and_schema_with_its_transaction(writer):
+    """A rewrite (a dropped column; `repair`'s rebuilt rows): the new rows and columns in one commit that
+    carries the app transaction."""
+    writer.create(SCHEMA)
+    writer.merge_guarded(
+        rows([(1, "a", "insert", "01"), (2, "b", "insert", "01")]),
+        ["id"],
+        "_cdc_seq",
+        "_cdc_op",
+        Txn("job", 0),
+    )
+    rewritten = (
+        rows([(2, "b2", "update", "02")]).drop_columns(["v"]).append_column("w", pa.array([9], pa.int64()))
+    )
+    writer.overwrite(rewritten, Txn("job", 4))
+    assert writer.schema().names == ["id", "_cdc_op", "_cdc_seq", "w"]
+    assert writer.read().to_pylist() == [{"id": 2, "_cdc_op": "update", "_cdc_seq": "02", "w": 9}]
+    assert writer.applied_version("job") == 4
+
+
+# The columns of a mirror as the engine types its batches: every type a dialect maps to (replicator.types).
+TYPED = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        *[pa.field(f"i{n}", t) for n, t in enumerate([pa.int8(), pa.int16(), pa.int32()])],
+        pa.field("name", pa.string()),
+        pa.field("amount", pa.decimal128(10, 2)),
+        pa.field("big", pa.decimal128(38, 0)),
+        pa.field("ts", pa.timestamp("us")),
+        pa.field("tz", pa.timestamp("us", tz="UTC")),
+        pa.field("d", pa.date32()),
+        pa.field("bin", pa.binary()),
+        pa.field("flag", pa.bool_()),
+        pa.field("f", pa.float32()),
+        pa.field("g", pa.float64()),
+        pa.field("tags", pa.list_(pa.string())),
+        pa.field("ints", pa.list_(pa.int64())),
+        pa.field("m", pa.map_(pa.string(), pa.string())),
+        pa.field("st", pa.struct([("a", pa.int64()), ("b", pa.string())])),
+        pa.field("_cdc_seq", pa.string(), nullable=False),
+    ]
+)
+
+
+@pytest.mark.delta_spark
+@pytest.mark.parametrize(
+    ("columns", "properties"),
+    [
+        (TYPED, None),
+        (TYPED.append(pa.field("order note", pa.string())), None),  # column mapping by name
+        (TYPED, {"delta.enableDeletionVectors": "true", "delta.enableChangeDataFeed": "true"}),
+    ],
+    ids=["plain", "column-mapped", "deletion-vectors"],
+)
+def test_delta_spark_schema_is_what_spark_reads(spark, tmp_path, columns, properties):
+    """delta-spark's schema() reads the log through delta-rs (no Spark session needed: the checks before a
+    run, status): the same Arrow schema as Spark's own reading of the table gave, nullability and
+    column-mapped names included."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    mirror = writer_factory("delta-spark")(tmp_path / "t", properties)
+    mirror.create(columns)
+    read = to_arrow_schema(spark.read.format("delta").load(mirror.path).schema, timezone="UTC")
+    assert mirror.schema().equals(read, check_metadata=True), (mirror.schema(), read)
+
+
 # ---- delta-rs: a thread's loaded tables kept between calls (sinks.delta_rs.handle) ----------------------
 
 

@@ -409,6 +409,9 @@ def bootstrap(
     )
     tables = [t for t in tables if config.tables.selected(t.name)]
     if tables:
+        from replicator.spark import writer_session
+
+        writer_session(config)  # a delta-spark job's mirrors (and history tables) are made through Spark
         total = sum(len(t.files) for t in tables)
         with tqdm(total=total, unit="file", desc="bootstrap", disable=not progress) as bar:
             return [load_table(state, config, t, restart, bar) for t in tables]

@@ -97,7 +97,7 @@ def _optimize_with_spark(
     from replicator.sinks.delta_spark import _ident
     from replicator.spark import get_spark
 
-    spark = get_spark(config)
+    spark = get_spark(config, delta_spark=True)  # (a delta-rs job's mirror with deletion vectors too)
     ref = f"delta.{_ident(path)}"
     zorder = f" ZORDER BY ({', '.join(_ident(k) for k in key)})" if key else ""
     optimized = spark.sql(f"OPTIMIZE {ref}{zorder}").collect()[0]["metrics"]

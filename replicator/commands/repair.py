@@ -16,6 +16,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from pathlib import Path
 
 from replicator import paths
 from replicator.commands.preflight import Behind, behind_mirrors
@@ -62,6 +63,9 @@ def repair(config: JobConfig, tables: str) -> list[Repaired]:
     try:
         # every event of the tables: a cut after any event time (events without one are kept by replay)
         replay(config, out, as_of="9999-12-31T00:00:00Z", tables=tables)
+        from replicator.spark import writer_session
+
+        writer_session(config)  # the overwrite below, through Spark for a delta-spark job
         for item in chosen:
             name, known = item.name, item.state
             assert known.last_batch is not None and known.last_app is not None
@@ -74,6 +78,7 @@ def repair(config: JobConfig, tables: str) -> list[Repaired]:
             data = read_table(DeltaTable(str(rebuilt)))  # (a mirror with deletion vectors: applied)
             # An overwrite replaces every row: only this table's mirror under target.path.
             state.check_mirror(table, known.mirror, "repair", registry)
+            drop_orphan_checksums(known.mirror)
             writer(known.mirror).overwrite(data, Txn(known.last_app, known.last_batch))
             log.warning(
                 "mirror rebuilt from the change log", table=name, rows=data.num_rows, batch=known.last_batch
@@ -82,3 +87,17 @@ def repair(config: JobConfig, tables: str) -> list[Repaired]:
     finally:
         remove_tree(out)
     return done
+
+
+def drop_orphan_checksums(table: str) -> None:
+    """Remove the checksum files of commits no longer in a local table's log: Delta's ``<version>.crc`` and
+    Hadoop's hidden ``.<version>.json.crc``, which a commit deleted by hand leaves behind (a delta-spark
+    mirror has both). Spark's local file system checks the new commit of that version against the old
+    checksum and fails the repair's overwrite (ChecksumException)."""
+    log_dir = Path(table) / "_delta_log"
+    if "://" in table or not log_dir.is_dir():
+        return
+    for entry in log_dir.iterdir():
+        version = entry.name.lstrip(".").split(".", 1)[0]
+        if entry.name.endswith(".crc") and version.isdigit() and not (log_dir / f"{version}.json").exists():
+            entry.unlink(missing_ok=True)

@@ -132,6 +132,9 @@ class MirrorWriter(ABC):
     # Whether the applier MERGEs the upserts the fold tasks staged as Parquet files (a folder of the batch)
     # through ``staged_frame`` / ``merge_frame`` on the executors, not collected rows (delta-spark).
     merges_staged = False
+    # Whether writes go through a Spark session with the writer's jars (delta-spark): a command that writes
+    # mirrors outside the mirror job starts it first (replicator.spark.writer_session). Reads never need it.
+    writes_with_spark = False
 
     def add_files(self, files: pa.Table, txn: Txn | None) -> MergeResult:
         """Commit data files already in the table's folder (mirror_files.files_schema(): path, size,

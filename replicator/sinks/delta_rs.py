@@ -124,6 +124,22 @@ def read_table(table, columns: Sequence[str] | None = None, where: str | None = 
     return result.cast(pa.schema([f.with_type(wanted.field(f.name).type) for f in result.schema]))
 
 
+def _unmapped(field: pa.Field) -> pa.Field:
+    """A column without Delta's column mapping metadata, in the fields of its struct, list and map types
+    too (delta-rs gives a nested field its own physical name and id)."""
+    kind = field.type
+    if pa.types.is_struct(kind):
+        kind = pa.struct([_unmapped(kind.field(i)) for i in range(kind.num_fields)])
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        item = _unmapped(kind.value_field)
+        kind = pa.list_(item) if pa.types.is_list(kind) else pa.large_list(item)
+    elif pa.types.is_map(kind):
+        kind = pa.map_(_unmapped(kind.key_field), _unmapped(kind.item_field), kind.keys_sorted)
+    kept = {k: v for k, v in (field.metadata or {}).items() if not k.startswith(b"delta.columnMapping.")}
+    field = field.with_type(kind)
+    return field.with_metadata(kept) if kept else field.remove_metadata()
+
+
 def count_rows(table) -> int:  # type: ignore[no-untyped-def]
     """A Delta table's live rows (a deltalake.DeltaTable), deletion vectors applied (read_table's reasons)."""
     if not has_deletion_vectors(table) and not column_mapped(table):
@@ -150,11 +166,7 @@ class DeltaRsWriter(MirrorWriter):
         schema = pa.schema(self._table().schema().to_arrow())
         if not any(f.metadata and b"delta.columnMapping.id" in f.metadata for f in schema):
             return schema
-        fields = []
-        for f in schema:
-            kept = {k: v for k, v in (f.metadata or {}).items() if not k.startswith(b"delta.columnMapping.")}
-            fields.append(f.with_metadata(kept) if kept else f.remove_metadata())
-        return pa.schema(fields, metadata=schema.metadata)
+        return pa.schema([_unmapped(f) for f in schema], metadata=schema.metadata)
 
     def create(self, schema: pa.Schema, partition_by: Sequence[str] = ()) -> None:
         from deltalake import DeltaTable

@@ -52,7 +52,10 @@ def _spark():  # type: ignore[no-untyped-def]
 
     # The active session is the calling thread's: the engine applies tables in threads of its own.
     spark = SparkSession.getActiveSession() or SparkSession._instantiatedSession
-    if spark is None or not delta_spark_available(spark):
+    if spark is None:
+        # A command that writes a mirror starts the job's session first (replicator.spark.writer_session).
+        raise RuntimeError("the delta-spark writer writes through a Spark session, and none was started")
+    if not delta_spark_available(spark):
         raise RuntimeError(JARS_MISSING)
     return spark
 
@@ -87,6 +90,7 @@ def _spark_fields(fields: Sequence[pa.Field]):  # type: ignore[no-untyped-def]
 
 class DeltaSparkWriter(MirrorWriter):
     merges_staged = True
+    writes_with_spark = True
     # Reads go through delta-rs (replicator.sinks.delta_rs.read_table, deletion vectors applied): `show`,
     # `status` and the engine's key lookups need no Spark session, and a lookup runs no Spark job.
 
@@ -120,18 +124,13 @@ class DeltaSparkWriter(MirrorWriter):
         return DeltaTable.is_deltatable(self.path)
 
     def schema(self) -> pa.Schema:
-        from pyspark.sql.pandas.types import to_arrow_schema
+        # From the log through delta-rs, as the rows are read: commands that only read a mirror (the
+        # pre-flight checks, status, show) start no Spark session, and a batch runs no Spark job for it.
+        # The same Arrow types as Spark's reading (to_arrow_schema) gave, column-mapped and deletion-vector
+        # tables included (tests/test_writers.py).
+        from replicator.sinks.delta_rs import DeltaRsWriter
 
-        from replicator.columns import SOURCE_NAME
-
-        spark_schema = self.spark.read.format("delta").load(self.path).schema
-        arrow = to_arrow_schema(spark_schema, timezone="UTC")
-        named = {f.name: f.metadata[SOURCE_NAME] for f in spark_schema if SOURCE_NAME in (f.metadata or {})}
-        if not named:
-            return arrow
-        return pa.schema(
-            [f.with_metadata({SOURCE_NAME: named[f.name]}) if f.name in named else f for f in arrow]
-        )
+        return DeltaRsWriter(self.path).schema()
 
     def _frame(self, batch: pa.Table):  # type: ignore[no-untyped-def]
         """Arrow rows as a DataFrame whose types are the mirror's: a timestamp without a zone stays
@@ -341,6 +340,12 @@ class DeltaSparkWriter(MirrorWriter):
         if txn is not None:
             writer = writer.option("txnAppId", txn.app_id).option("txnVersion", str(txn.version))
         writer.option("mergeSchema", "true").save(self.path)
+
+    def overwrite(self, data: pa.Table, txn: Txn | None = None) -> None:
+        writer = self._frame(data).write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+        if txn is not None:
+            writer = writer.option("txnAppId", txn.app_id).option("txnVersion", str(txn.version))
+        writer.save(self.path)
 
     def delete_where(self, predicate: str | None, txn: Txn | None) -> int:
         where = f" WHERE {predicate}" if predicate else ""

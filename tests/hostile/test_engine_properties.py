@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from replicator.columns import source_name
 
+from replicator.columns import source_name
 from tests.helpers import Runner, canal, ddl, job, write_jsonl
 
 SOAK = settings._current_profile == "soak"
