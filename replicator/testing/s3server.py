@@ -58,8 +58,8 @@ def ensure_binary(wait: float = 1800) -> Path:
     go = shutil.which("go")
     if go is None:
         raise ServerUnavailable(
-            "the S3 tests need SeaweedFS, built from source with Go (1.24+): `go` is not on PATH. Install Go "
-            f"(https://go.dev/dl/) or put a `weed` binary of {MODULE}@{VERSION} at {path}"
+            "the S3 tests need SeaweedFS, built from source with Go (1.24+): `go` is not on PATH. Install "
+            f"Go, or put a `weed` binary of {MODULE}@{VERSION} at {path}"
         )
     env = {**os.environ, "GOFLAGS": "-mod=mod"}
     fetched = subprocess.run(
