@@ -174,7 +174,7 @@ class Engine:
 
         try:
             if self._catalog is None:
-                self._catalog = Catalog(self.config, _spark())
+                self._catalog = Catalog(self.config, _spark(self.config))
             self._catalog.sync(self.state.tables())
         except CatalogFailed as exc:
             if self.config.catalog.on_error == "fail":

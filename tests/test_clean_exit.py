@@ -4,7 +4,7 @@ Once in three runs a Debezium job printed its summary and then died with ``termi
 active exception`` (SIGABRT, exit -6): native thread pools were still running while the interpreter tore
 down. ``replicator`` now ends what it started in order and leaves with ``os._exit``
 (commands.cli._shut_down). Each run here is a process of its own doing real work (a new file or new
-records each time). ``REPLICATOR_EXIT_RUNS`` sets the number of runs per job (default 10; each run starts
+records each time). ``REPLICATOR_EXIT_RUNS`` sets the number of runs per job (default 4; each run starts
 a Spark driver, a few seconds on a quiet machine).
 """
 
@@ -19,7 +19,7 @@ import pytest
 from tests.helpers import cli, delta_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
-RUNS = int(os.environ.get("REPLICATOR_EXIT_RUNS", "10"))
+RUNS = int(os.environ.get("REPLICATOR_EXIT_RUNS", "4"))
 ES = 1_700_000_000_000
 
 
