@@ -54,11 +54,15 @@ class TopicIds:
     """``<state.path>/kafka_topics.json``: ``{"topics": {name: id}, "recreated": [event, ...]}``, written
     whole (a temporary file renamed over it)."""
 
-    def __init__(self, root: str | Path) -> None:
-        self.path = Path(root) / TOPICS_FILE
+    def __init__(self, root: Any) -> None:
+        from replicator.storage import location
+
+        self.path = location(root) / TOPICS_FILE  # a local file, or an object under an s3:// state.path
 
     def load(self) -> dict[str, Any]:
         try:
+            if not self.path.exists():
+                return {"topics": {}, "recreated": []}
             value = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return {"topics": {}, "recreated": []}
@@ -108,6 +112,9 @@ class TopicIds:
         self._save(data)
 
     def _save(self, data: dict[str, Any]) -> None:
+        if not isinstance(self.path, Path):  # an object store's PUT replaces an object whole
+            self.path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(f".{self.path.name}.tmp")
         temporary.write_text(json.dumps(data, indent=1), encoding="utf-8")
