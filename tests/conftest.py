@@ -102,3 +102,19 @@ def s3(tmp_path_factory):
             else:
                 os.environ[key] = value
         storage.activate(storage.Storage())
+
+
+@pytest.fixture
+def in_process(spark, monkeypatch, tmp_path):
+    """``replicator`` in this process on the tests' session (its ``main``); the command's frozen start
+    (gc.freeze) given back after."""
+    import gc
+
+    import replicator.spark
+    from replicator.commands.cli import main
+
+    monkeypatch.setattr(replicator.spark, "get_spark", lambda config: spark)
+    monkeypatch.chdir(tmp_path)
+    yield main
+    gc.unfreeze()
+    gc.enable()

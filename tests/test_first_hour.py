@@ -3,7 +3,6 @@ with exit code 2, silent no-ops speak."""
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 
 import pytest
@@ -16,19 +15,6 @@ ES = 1_700_000_000_000
 
 def job_file(root: Path, extra: str = "") -> Path:
     return helpers.job_file(root, extra, name="first-hour", trigger=None)
-
-
-@pytest.fixture
-def in_process(spark, monkeypatch, tmp_path):
-    """``replicator`` in this process on the tests' session; the command's frozen start given back."""
-    import replicator.spark
-    from replicator.commands.cli import main
-
-    monkeypatch.setattr(replicator.spark, "get_spark", lambda config: spark)
-    monkeypatch.chdir(tmp_path)
-    yield main
-    gc.unfreeze()
-    gc.enable()
 
 
 def unkeyed(i: int) -> dict:

@@ -9,7 +9,6 @@ with ``fail_on_data_loss: false`` the new topic is read from its start and ``sta
 
 from __future__ import annotations
 
-import gc
 import json
 import time
 from pathlib import Path
@@ -20,19 +19,6 @@ from tests.helpers import delta_table
 from tests.kafka_helpers import kafka_source
 
 pytestmark = pytest.mark.kafka
-
-
-@pytest.fixture
-def in_process(spark, monkeypatch, tmp_path):
-    """``replicator`` in this process on the tests' session."""
-    import replicator.spark
-    from replicator.commands.cli import main
-
-    monkeypatch.setattr(replicator.spark, "get_spark", lambda config: spark)
-    monkeypatch.chdir(tmp_path)
-    yield main
-    gc.unfreeze()
-    gc.enable()
 
 
 def inserts(ids: range, partitions: int = 2) -> list[tuple[bytes | None, bytes, int]]:

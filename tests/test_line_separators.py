@@ -8,7 +8,6 @@ commit as damaged and refused every later run. Every JSON-lines reader now split
 
 from __future__ import annotations
 
-import gc
 import json
 from pathlib import Path
 from typing import Any
@@ -146,19 +145,6 @@ def test_a_mongodb_document_keeps_line_separators_exactly(tmp_path):
 
 
 # ---- mirrored, restarted ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def in_process(spark, monkeypatch, tmp_path):
-    """``replicator`` in this process on the tests' session."""
-    import replicator.spark
-    from replicator.commands.cli import main
-
-    monkeypatch.setattr(replicator.spark, "get_spark", lambda config: spark)
-    monkeypatch.chdir(tmp_path)
-    yield main
-    gc.unfreeze()
-    gc.enable()
 
 
 def debezium(i: int, name: str, op: str = "c") -> dict:
