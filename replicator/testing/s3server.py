@@ -179,17 +179,11 @@ class SeaweedServer:
             return False
 
     def stop(self, kill: bool = False) -> None:
+        from replicator.broker import stop  # the same process-group stop as the tests' Kafka broker
+
         proc, self.process = self.process, None
-        if proc is None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
-            proc.wait(timeout=30)
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        if proc is not None:
+            stop(proc, kill=kill)
 
     def __enter__(self) -> SeaweedServer:
         return self.start()
