@@ -176,7 +176,37 @@ def decoded_events(plan: DecodePlan, records: pa.Table | Records) -> pa.Table:
                 records = records.append_column(name, pa.nulls(records.num_rows, empty))
         return records
     events = decode(records, plan.dialect, plan.options, plan.batch_id, sort_keys=True, seq_text=False)
-    return route(events, list(plan.routes))
+    metadata = events.schema.metadata
+    routed = route(events, list(plan.routes))
+    return routed.replace_schema_metadata(metadata) if metadata else routed
+
+
+def notice_rows(events: pa.Table) -> pa.Table | None:
+    """The dialect's notices of a decoded slice (events.NOTICES) as rows: database, schema, table, notice."""
+    import orjson
+    import pyarrow as pa
+
+    from replicator.dialects.events import NOTICES
+
+    text = (events.schema.metadata or {}).get(NOTICES)
+    if not text:
+        return None
+    rows = orjson.loads(text)
+    return pa.table(
+        {name: pa.array([r[i] for r in rows], pa.string()) for i, name in enumerate(NOTICE_COLUMNS)}
+    )
+
+
+NOTICE_COLUMNS = ("database", "schema", "table", "notice")
+
+
+def merge_notices(parts: list[pa.Table]) -> dict[tuple[tuple[str | None, str | None, str | None], str], None]:
+    """The tasks' notices, each (table, text) once (a table may have several)."""
+    notices = {}
+    for part in parts:
+        for r in part.to_pylist():
+            notices[((r["database"], r["schema"], r["table"]), r["notice"])] = None
+    return notices
 
 
 def kafka_coordinates(batch: pa.RecordBatch | Records) -> pa.Table:
@@ -328,7 +358,7 @@ class ChangelogFiles:
     """The change log's Parquet files of one task: one open file per (database, table), committed by the
     driver in one Delta transaction (state.State.commit_changelog)."""
 
-    def __init__(self, root: str, batch_id: int) -> None:
+    def __init__(self, root: str, batch_id: int, flush_rows: int = 30_000) -> None:
         from pyarrow import fs
 
         self.filesystem, self.base = fs.FileSystem.from_uri(payload.folder_uri(root))
@@ -336,28 +366,60 @@ class ChangelogFiles:
         # (writer, relative path, rows, its output stream: closed after the writer, which leaves a stream it
         # was given open; an object store's upload completes only when the stream closes)
         self.writers: dict[tuple[str | None, str | None], tuple[Any, str, list[int], Any]] = {}
+        # Slices kept until they hold ``flush_rows`` events, then written a table at a time: each write is
+        # a row group of ~20 columns, ~3 ms whatever its rows, and a slice of 10,000 events over 1,000
+        # tables made 1,000 of them (30 of a decode task's 64 CPU-s; benchmarks/LOG.md, "A thousand
+        # tables"). The bound keeps a task's memory to a few slices.
+        self.flush_rows = flush_rows
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
 
     def write(self, events: pa.Table) -> None:
+        import pyarrow as pa
+
+        from replicator.state import CHANGELOG_SCHEMA
+
+        if events.num_rows == 0:
+            return
+        kept = [f for f in CHANGELOG_SCHEMA if f.name != "batch_id"]  # (in one schema: concatenated later)
+        self._pending.append(pa.table([events[f.name].cast(f.type) for f in kept], schema=pa.schema(kept)))
+        self._pending_rows += events.num_rows
+        if self._pending_rows >= self.flush_rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
         from replicator.state import CHANGELOG_SCHEMA
 
-        if events.num_rows == 0:
+        if not self._pending:
             return
+        events = pa.concat_tables(self._pending)
+        self._pending, self._pending_rows = [], 0
         data_schema = pa.schema([f for f in CHANGELOG_SCHEMA if f.name not in ("database", "table")])
         # One file per (database, table) pair, grouped by value: names may hold any character (a NUL, a
-        # newline), so no joined text key.
-        pairs = events.select(["database", "table"]).group_by(["database", "table"], use_threads=False)
-        parts = pairs.aggregate([]).to_pylist()
-        for part in parts:
-            database, table = part["database"], part["table"]
-            rows = events
-            if len(parts) > 1:
-                rows = events.filter(
-                    pc.and_(_same(events["database"], database), _same(events["table"], table))
-                )
+        # newline), so no joined text key. The rows in pair order by one take of the grouping's indexes
+        # (each pair's in their order), then a slice per pair: a filter of the events per pair cost the
+        # square of the tables.
+        pairs = pa.table(
+            {
+                "database": events["database"],
+                "table": events["table"],
+                "_row": pa.array(np.arange(events.num_rows)),
+            }
+        )
+        parts = pairs.group_by(["database", "table"], use_threads=False).aggregate([("_row", "list")])
+        if parts.num_rows > 1:
+            events = events.take(pc.list_flatten(parts["_row_list"]))
+        lengths = pc.list_value_length(parts["_row_list"]).to_pylist()
+        start = 0
+        for database, table, length in zip(
+            parts["database"].to_pylist(), parts["table"].to_pylist(), lengths, strict=True
+        ):
+            rows, start = events.slice(start, length), start + length
             entry = self.writers.get((database, table))
             if entry is None:
                 relative = "/".join(
@@ -367,13 +429,15 @@ class ChangelogFiles:
                         f"part-{self.batch_id:06d}-{uuid.uuid4()}.parquet",
                     ]
                 )
-                self.filesystem.create_dir(os.path.dirname(f"{self.base}/{relative}"), recursive=True)
+                if self.filesystem.type_name == "local":  # (an object store has no folders: a marker
+                    # object per level, 5 PUTs and 2 HEADs a table each batch on S3, measured)
+                    self.filesystem.create_dir(os.path.dirname(f"{self.base}/{relative}"), recursive=True)
                 sink = self.filesystem.open_output_stream(f"{self.base}/{relative}")
                 entry = (pq.ParquetWriter(sink, data_schema, **CHANGELOG_PARQUET), relative, [0], sink)
                 self.writers[(database, table)] = entry
             writer, _relative, count, _sink = entry
             batch_ids = pa.repeat(pa.scalar(self.batch_id, pa.int64()), rows.num_rows)
-            columns = [batch_ids if f.name == "batch_id" else rows[f.name].cast(f.type) for f in data_schema]
+            columns = [batch_ids if f.name == "batch_id" else rows[f.name] for f in data_schema]
             writer.write_table(pa.table(columns, schema=data_schema))
             count[0] += rows.num_rows
 
@@ -381,6 +445,7 @@ class ChangelogFiles:
         """The files written: relative path, size, partition values, rows (the add actions' facts)."""
         import pyarrow as pa
 
+        self._flush()
         out: dict[str, list[Any]] = {k: [] for k in ("path", "size", "database", "table", "rows", "mtime")}
         for (database, table), (writer, relative, count, sink) in self.writers.items():
             writer.close()
@@ -402,12 +467,6 @@ def _partition_folder(name: str | None) -> str:
     from replicator.paths import component
 
     return component(name) if name else HIVE_NULL
-
-
-def _same(column: pa.ChunkedArray, value: str | None) -> pa.ChunkedArray:
-    import pyarrow.compute as pc
-
-    return pc.is_null(column) if value is None else pc.fill_null(pc.equal(column, value), False)
 
 
 def _changelog_files_schema() -> pa.Schema:
@@ -486,6 +545,7 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
     cached = exchange.EventFile(plan.spill)  # the events for the fold, bucketed, in the batch's folder
     wanted_ops = pa.array([*DML_OPS, *BARRIER_OPS])
     manifest: list[pa.Table] = []  # what the task read (Engine.recover)
+    notices: list[pa.Table] = []
     with gc_paused():
         for batch in _input_batches(plan, batches):
             read: list[pa.Table] = []
@@ -500,6 +560,9 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
                 events = decoded_events(plan, records)
                 if events.num_rows == 0:
                     continue
+                noticed = notice_rows(events)
+                if noticed is not None:
+                    notices.append(noticed)
                 groups.append(group_counts(events))
                 ok = pc.is_null(events["error"])
                 if not pc.all(ok).as_py():
@@ -527,7 +590,13 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
             if part is not None:
                 manifest.append(part)
     yield from payload.rows([("events", 0, cached.close())])  # the index of the task's event file
-    small = [("groups", groups), ("types", types), ("barriers", barriers), ("manifest", manifest)]
+    small = [
+        ("groups", groups),
+        ("types", types),
+        ("barriers", barriers),
+        ("manifest", manifest),
+        ("notices", notices),
+    ]
     yield from payload.rows((kind, 0, payload.concat(parts)) for kind, parts in small if parts)
     if dead:  # with their raw bytes: a batch of bad records is as large as the batch
         items = [("dead", 0, payload.concat(dead))]
@@ -649,6 +718,20 @@ def merge_types(parts: list[pa.Table]) -> dict[tuple[str, str | None, str], dict
     return result
 
 
+def column_sets(parts: list[pa.Table]) -> dict[tuple[str, str | None, str], int]:
+    """Each table's distinct column sets among its rows' type maps (type_counts): more than one when a
+    column appeared or went away within the batch (a row schema changed without a DDL, Debezium's
+    PostgreSQL connector), which Engine._typing leaves to the driver for a new table."""
+    sets: dict[tuple[Any, ...], set[frozenset[str]]] = {}
+    for part in parts:
+        for r in part.select(["database", "schema", "table", "type_key"]).to_pylist():
+            names = r["type_key"].split("\x1e")[0] if r["type_key"] is not None else ""
+            if names:  # (a row typing no column says nothing of its columns)
+                table = (r["database"], r["schema"], r["table"])
+                sets.setdefault(table, set()).add(frozenset(names.split("\x1f")))
+    return {table: len(names) for table, names in sets.items()}
+
+
 def barrier_rows(parts: list[pa.Table]) -> list[dict[str, Any]]:
     """The tasks' barrier events as dicts (maps as dicts), in seq order."""
     rows = [r for part in parts for r in part.to_pylist()]
@@ -680,11 +763,13 @@ class DecodedBatch:
         self.index = payload.concat(by_kind["events"], exchange.index_schema())
         self.groups = merge_groups(by_kind["groups"])
         self.types = merge_types(by_kind["types"])
+        self.column_sets = column_sets(by_kind["types"])
         self.barriers = barrier_rows(by_kind["barriers"])
         dead_schema = decoded_schema()
         self.dead = payload.concat(by_kind["dead"], pa_schema(dead_schema, DEAD_COLUMNS))
         self.changelog_files = payload.concat(by_kind["changelog"], CHANGELOG_FILES)
         self.manifest = merge_manifest(by_kind["manifest"])
+        self.notices = merge_notices(by_kind["notices"])
 
     def select(self, tables: Iterable[tuple[str, str | None, str]], columns: list[str]) -> pa.Table:
         """Some columns of the events of some tables (e.g. the coordinates of DML without a key)."""

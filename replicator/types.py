@@ -197,6 +197,18 @@ class ColumnType:
 
     arrow: pa.DataType
     known: bool = True
+    # BIGINT UNSIGNED (decimal(20,0)): a negative value is the two's complement of one past 2^63-1, as a
+    # signed 64-bit field carries it (Debezium's bigint.unsigned.handling.mode=long, its default).
+    unsigned64: bool = False
+
+    @property
+    def metadata(self) -> dict[str, str] | None:
+        """The mirror field's metadata this type needs (:data:`UNSIGNED64`), or None."""
+        return UNSIGNED64 if self.unsigned64 else None
+
+
+UNSIGNED64 = {"replicator.unsigned": "bigint"}  # field metadata of a BIGINT UNSIGNED mirror column
+_UNSIGNED64_KEY = b"replicator.unsigned"
 
 
 @lru_cache(maxsize=4096)
@@ -235,7 +247,7 @@ def column_type(source_type: str | None) -> ColumnType:
 
     if base in _INTS:
         signed, widened = _INTS[base]
-        return ColumnType(widened if unsigned else signed)
+        return ColumnType(widened if unsigned else signed, unsigned64=unsigned and signed == pa.int64())
     if base in _DECIMALS:
         if not args or not args[0].isdigit():
             return ColumnType(pa.string())  # unconstrained precision: exact text
@@ -548,6 +560,25 @@ def _finite_floats(texts: pa.Array, typed: pa.Array) -> tuple[pa.Array, list[int
     return pc.if_else(refuse, pa.scalar(None, typed.type), typed), bad
 
 
+def unwrapped(texts: pa.Array) -> pa.Array:
+    """Values of a BIGINT UNSIGNED column: a negative one in the signed 64-bit range is the two's complement
+    of the real value past 2^63-1 (Debezium «MySQL connector» docs, ``bigint.unsigned.handling.mode``:
+    ``long`` "may result in a loss of precision" for values above 2^63-1; they wrap): stored exactly as
+    value + 2^64. A value outside that range is left to refuse."""
+    negative = pc.fill_null(pc.starts_with(pc.utf8_trim_whitespace(texts), "-"), False)
+    if not pc.any(negative).as_py():
+        return texts
+    items = texts.to_pylist()
+    for i in pc.indices_nonzero(negative).to_pylist():
+        try:
+            number = int(items[i].strip())
+        except ValueError:
+            continue
+        if -(2**63) <= number < 0:
+            items[i] = str(number + 2**64)
+    return pa.array(items, pa.string())
+
+
 def type_images(
     images: pa.MapArray | pa.ChunkedArray,
     fields: list[pa.Field],
@@ -567,6 +598,8 @@ def type_images(
     bad: dict[int, str] = {}
     # Images are keyed by source names; a field names the mirror's column (replicator.columns).
     for f, strings in zip(fields, map_values(images, [source_name(f) for f in fields]), strict=True):
+        if f.metadata and f.metadata.get(_UNSIGNED64_KEY) == b"bigint":
+            strings = unwrapped(strings)
         typed, errors = parse_values(strings, f.type, timezone=timezone, zero_dates=zero_dates)
         for err in errors:
             bad.setdefault(err.row, f"column {source_name(f)!r}: {err.message}")

@@ -73,3 +73,27 @@ def test_seq_texts_are_model_seq_text(generated, start):
     array = pa.array([[1]] * start + generated, pa.list_(pa.int64())).slice(start)
     expected = [seq_text([p or 0 for p in row or []]) for row in generated]
     assert seq_texts(array).to_pylist() == expected
+
+
+def test_column_sets_count_a_table_s_distinct_columns_not_their_order_or_types():
+    """``decode.column_sets`` (Engine._typing's test for a column added or dropped within a batch): maps of
+    the same columns in another order or with other types are one set; a map typing no column is none."""
+
+    def part(keys: list[str | None], table: str = "t") -> pa.Table:
+        n = len(keys)
+        return pa.table(
+            {
+                "database": ["d"] * n,
+                "schema": pa.nulls(n, pa.string()),
+                "table": [table] * n,
+                "type_key": keys,
+            }
+        )
+
+    one = part(["id\x1fc\x1eint\x1fint", "c\x1fid\x1ebigint\x1fint", "\x1e", None])
+    assert decode.column_sets([one]) == {("d", None, "t"): 1}
+    added = part(["id\x1fc\x1fe\x1eint\x1fint\x1ftext"])
+    assert decode.column_sets([one, added, part(["id\x1eint"], "u")]) == {
+        ("d", None, "t"): 2,
+        ("d", None, "u"): 1,
+    }

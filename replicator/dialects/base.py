@@ -98,6 +98,9 @@ class Dialect:
     # Its updates may be patches of a stored document (meta ``mongo_update``), resolved by the applier
     # against the whole document, not typed from the row image alone (replicator.apply.documents).
     patches: ClassVar[bool] = False
+    # Its updates may leave out columns the source did not send (PostgreSQL's unchanged TOAST values behind
+    # Debezium: replicator.dialects.unavailable), filled by the applier on the driver from the mirror.
+    partial_updates: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -155,6 +158,17 @@ def dialect_names() -> list[str]:
     import replicator.dialects  # noqa: F401  (registers the built-in dialects)
 
     return sorted(_REGISTRY)
+
+
+def may_leave_out(name: str) -> bool:
+    """Can a source of this dialect (``auto``: of any) carry updates without some columns
+    (:attr:`Dialect.partial_updates`)?"""
+    dialect_names()
+    return (
+        any(c.partial_updates for c in _REGISTRY.values())
+        if name == "auto"
+        else _REGISTRY[name].partial_updates
+    )
 
 
 def may_patch(name: str) -> bool:
@@ -397,4 +411,10 @@ def decode(
             if seq_text:
                 table = table.append_column("seq_text", seq_texts(table["seq"]))
             table = table.append_column("type_key", events.type_keys())
+        if events.notices:
+            from replicator.dialects.events import NOTICES
+            from replicator.dialects.jsontext import to_json
+
+            notices = [list(notice) for notice in events.notices]
+            table = table.replace_schema_metadata({NOTICES: to_json(notices)})
         return table

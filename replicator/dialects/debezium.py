@@ -25,9 +25,19 @@ import re
 from typing import Any
 
 from replicator.dialects.base import Dialect
-from replicator.dialects.debezium_values import Columns, ColumnsCache, bigint, structs
+from replicator.dialects.debezium_values import (
+    NULL_DEFAULTS,
+    SCHEMALESS,
+    Columns,
+    ColumnsCache,
+    bigint,
+    structs,
+)
 from replicator.dialects.events import At, Events, Image, epoch_micros
 from replicator.dialects.jsontext import INT64, image, json_integer, string, text, to_json
+from replicator.dialects.pg_dates import doubtful_notice, infinity_reason, snapshot_calendar
+from replicator.dialects.row_defaults import row_defaults
+from replicator.dialects.unavailable import leave_out, unavailable
 
 OPS = {
     "c": "insert",
@@ -151,6 +161,7 @@ def lsn_parts(lsn: str | None) -> tuple[int, int]:
 
 class Debezium(Dialect):
     name = "debezium"
+    partial_updates = True  # PostgreSQL's unchanged TOAST values (replicator.dialects.unavailable)
 
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)
@@ -214,6 +225,10 @@ class Debezium(Dialect):
         if error is not None:
             out.fail(at, name, error, **ident)
             return
+        if op_code == "r" and columns is not None and string(src.get("connector")) == "postgresql":
+            after, doubtful = snapshot_calendar(after, columns.types, src)  # (JDBC's Julian calendar)
+            if doubtful:
+                out.notice(ident["database"], ident["schema"], ident["table"], doubtful_notice(doubtful))
 
         ts = self.timestamp(p, src)
         position = self.position(src)
@@ -225,16 +240,26 @@ class Debezium(Dialect):
         order = self.order_key(src)
         if op == "ddl" and order and string(src.get("snapshot")) not in (None, "false"):
             order = self.before_snapshot_rows(order)
+        meta = self.meta(p, src)
+        if op in ("insert", "update"):  # PostgreSQL's unchanged TOASTed values: a partial update
+            after = leave_out(after, unavailable(p.get("after")), meta)
+            row_defaults(schema, meta, string(src.get("connector")))  # ADD COLUMN .. DEFAULT without a DDL
         common: dict[str, Any] = {
             **ident,
             "order": order or (ts or 0, 0, 0),
             "event_time": event_time,
             "position": position,
-            "meta": self.meta(p, src),
+            "meta": meta,
         }
         if op == "ddl":
             out.add(at, name, op, **self.schema_change(p, change or {}), table_changes=change_text, **common)
             return
+        if op in DML:
+            if columns is None:
+                out.notice(ident["database"], ident["schema"], ident["table"], SCHEMALESS)
+            elif columns.defaults:
+                text = NULL_DEFAULTS.format(columns=to_json(columns.defaults))
+                out.notice(ident["database"], ident["schema"], ident["table"], text)
         types = columns.types if columns is not None else {}
         out.add(at, name, op, primary_key=[], after=after, before=before, source_types=types, **common)
 
@@ -289,6 +314,7 @@ class Debezium(Dialect):
         lost = sorted({*lost_after, *lost_before})
         if lost:
             reasons = sorted({columns.reasons[c] for c in lost if c in columns.reasons}) if columns else []
+            reasons += infinities(lost, columns, p)
             why = "".join(f": {r}" for r in reasons)
             return None, None, f"values do not decode as their schema types: columns {to_json(lost)}{why}"
         return (after if op in WITH_AFTER else None), (before if op in WITH_BEFORE else None), None
@@ -406,6 +432,15 @@ class Debezium(Dialect):
             "server_id": string(src.get("server_id")),
         }
         return {k: v for k, v in pairs.items() if v is not None}
+
+
+def infinities(lost: list[str], columns: Columns | None, p: dict[str, Any]) -> list[str]:
+    """Why lost date/time values are none: PostgreSQL's infinities (pg_dates), each named."""
+    if columns is None or not columns.dates:
+        return []
+    raw = [r for r in (p.get("after"), p.get("before")) if type(r) is dict]
+    found = {infinity_reason(c, columns.dates[c], r.get(c)) for c in lost if c in columns.dates for r in raw}
+    return sorted(r for r in found if r is not None)
 
 
 def _coalesce(value: Any, fallback: Any) -> Any:

@@ -31,6 +31,7 @@ from replicator.dialects.jsontext import (
     text,
     to_json,
 )
+from replicator.dialects.pg_dates import INFINITE, INFINITE_TEXT, ZONED
 
 Convert = Callable[[Any], str | None]
 
@@ -229,6 +230,8 @@ def converter(field: dict[str, Any]) -> Convert:
         return variable_scale_decimal
     if name in DAY_TYPES:
         return lambda v: date_text(bigint(v))
+    if name == ZONED:  # PostgreSQL's 'infinity' / '-infinity' are no timestamp (pg_dates)
+        return lambda v: None if v in INFINITE_TEXT else text(v)
     if name in EPOCH_UNITS:
         kind, unit = EPOCH_UNITS[name]
         epoch = timestamp_text if kind == "ts" else time_text
@@ -241,14 +244,16 @@ def converter(field: dict[str, Any]) -> Convert:
 
 
 def _unsigned(convert: Convert) -> Convert:
-    """A BIGINT UNSIGNED published as int64 (bigint.unsigned.handling.mode=long): a negative value is a
-    value past 2^63-1 that wrapped, not a value of the column."""
+    """A BIGINT UNSIGNED published as int64 (bigint.unsigned.handling.mode=long, Debezium «MySQL connector»
+    docs): a negative value is the two's complement of a value past 2^63-1: the exact value is that + 2^64."""
 
-    def checked(value: Any) -> str | None:
+    def unwrapped(value: Any) -> str | None:
         number = bigint(value)
-        return None if number is None or number < 0 else convert(value)
+        if number is None:
+            return None
+        return str(number + 2**64) if number < 0 else convert(value)
 
-    return checked
+    return unwrapped
 
 
 def _hex(data: bytes | None) -> str | None:
@@ -288,9 +293,19 @@ DECIMAL_AS_DOUBLE = (
     "decimal.handling.mode=double publishes DECIMAL as an approximate double "
     "(set decimal.handling.mode=precise or string)"
 )
-UNSIGNED_WRAPPED = (
-    "bigint.unsigned.handling.mode=long wrapped a BIGINT UNSIGNED value past 2^63-1 to a negative number "
-    "(set bigint.unsigned.handling.mode=precise)"
+
+
+# Notices (logged once per table by the engine): settings whose effect the messages show but cannot undo.
+NULL_DEFAULTS = (
+    "columns {columns} have a DEFAULT in their field schemas: Kafka Connect's JsonConverter writes a NULL "
+    "of such a column as the default unless value.converter.replace.null.with.default=false (true by "
+    "default): set it on the Connect worker. Until then a stored value equal to the default may have been "
+    "NULL in the database; the two cannot be told apart"
+)
+SCHEMALESS = (
+    "Debezium messages without schemas (value.converter.schemas.enable=false): the column types are "
+    "unknown and every column not declared in tables.types is stored as text; set "
+    "value.converter.schemas.enable=true on the Connect worker, or declare the types in tables.types"
 )
 
 
@@ -329,16 +344,20 @@ class Columns:
     """The conversions and source types of one image schema (the ``fields`` of ``schema.fields[after]``,
     else ``[before]``); ``reasons``: why a column's value may not convert (a value mode), for the error."""
 
-    __slots__ = ("convert", "reasons", "types")
+    __slots__ = ("convert", "dates", "defaults", "reasons", "types")
 
     def __init__(self, fields: list[dict[str, Any]]) -> None:
         self.convert: dict[str, Convert] = {}
         self.types: dict[str, str | None] = {}
         self.reasons: dict[str, str] = {}
+        self.defaults: list[str] = []  # nullable columns whose field schema has a default (NULL_DEFAULTS)
+        self.dates: dict[str, str] = {}  # column -> date/time logical type (pg_dates)
         for field in fields:
             name = string(field.get("field"))
             if name is None:
                 continue
+            if field.get("default") is not None and field.get("optional") is not False:
+                self.defaults.append(name)
             # a later field of the same name wins (LAST_WIN)
             database_type = propagated_type(image(field.get("parameters")) or {})
             convert = converter(field)
@@ -351,10 +370,12 @@ class Columns:
                 and "unsigned" in database_type
             ):
                 if string(field.get("type")) == "int64" and string(field.get("name")) is None:
-                    reason = UNSIGNED_WRAPPED
                     convert = _unsigned(convert)
             self.convert[name] = convert
             self.types[name] = database_type or source_type(field)
+            logical = string(field.get("name"))
+            if logical in INFINITE or logical == ZONED:
+                self.dates[name] = logical
             if reason is not None:
                 self.reasons[name] = reason
 

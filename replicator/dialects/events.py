@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 # (CKafka: format-one DML by binlog file+pos, canal-shaped DDL by es+id); absent: the dialect's usual one.
 # Events of one table in different systems are ordered by delivery (fold.arrow._segments).
 SEQ_SYSTEM = "seq_system"
+# schema metadata key of a decoded table: its Events.notices as JSON [[database, schema, table, text], ...]
+NOTICES = b"replicator.notices"
 Image = dict[str, str | None]  # a row image or a type map: column -> canonical text (None: SQL NULL)
 
 
@@ -149,6 +151,13 @@ class Events:
         # (usual rows, rows) when a record went to the general path between usual ones: the rows it added
         # follow those usual rows (to_arrow keeps the order the records came in).
         self.breaks: list[tuple[int, int]] = []
+        # (database, schema, table) -> what the operator should know of that table's messages (a capture
+        # setting that loses data, types unknown): beside the rows (NOTICES), logged once by the engine
+        # (database, schema, table, text): several per table, each once (an ordered set)
+        self.notices: dict[tuple[str | None, str | None, str | None, str], None] = {}
+
+    def notice(self, database: str | None, schema: str | None, table: str | None, text: str) -> None:
+        self.notices[(database, schema, table, text)] = None
 
     def __len__(self) -> int:
         """The rows of the general layout (what :meth:`mark` and :meth:`rollback` count)."""

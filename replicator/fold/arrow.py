@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator.dialects.events import SEQ_SYSTEM, decoded_schema, with_seq_text
+from replicator.fold import unavailable
 from replicator.model import DML_OPS, SEQ_WIDTH, TableId, keep, key_changes, seq_text
 
 PATCH_META = "mongo_update"
@@ -244,7 +245,7 @@ def fold_table(
     # 0.2 µs per winner, against 0.8 for both gathers and an if_else between the two maps.
     images = pa.chunked_array([*_chunks(after), *_chunks(before)], after.type)
     picks = np.asarray(at, dtype=np.int64) + np.where(np.asarray(use_before), n, 0)
-    return _folded(
+    folded = _folded(
         segment=last["segment"],
         keys=_key_list([last[k].combine_chunks() for k in key_names]),
         op=pc.if_else(extra, pa.scalar("delete"), op.take(at)),
@@ -253,6 +254,9 @@ def fold_table(
             rows.select([c for c in _WINNER_COLUMNS if c in rows.column_names]).take(at)
         ),
     )
+    if "meta" not in rows.column_names:
+        return folded
+    return unavailable.fill_from_batch(folded, rows, ordered, last, key_names, key)  # partial updates (TOAST)
 
 
 # What a net change keeps of its winning event (seq_text where the events have it, meta where they do).

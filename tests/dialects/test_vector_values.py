@@ -296,6 +296,55 @@ def test_canal_examples(fixture):
     check("canal-json", f"canal-json/{fixture}", CANAL[fixture])
 
 
+# Flink's canal-data-with-init.txt (Flink 1.11.2): its snapshot (INIT) of the nine products, then the
+# statements of canal-data.txt in binlog order, the CREATE TABLE of user02 among them: each event by the same
+# rules as above, in the order the messages come (ordering by ``es``/``id`` is the fold's, not the decode's).
+UPDATED_106 = product(106, "hammer", "18oz carpenter hammer", 1.0, other="val0")
+JACKET_110 = product(110, "jacket", "water resistent white wind breaker", 0.2)
+NEW_JACKET_110 = product(110, "jacket", "new water resistent white wind breaker", 0.5)
+SCOOTER_111 = product(111, "scooter", "Big 2-wheel scooter ", 5.18)  # (the trailing blank is the data's)
+CANAL_INIT_STREAM = [
+    *({"op": "snapshot", **PRODUCTS, "after": row} | canal_at(1589373515000, 3) for row in INIT_ROWS),
+    {"op": "update", **PRODUCTS, "before": product(106, "hammer", None, 1.0, other="val2")}
+    | {"after": UPDATED_106}
+    | canal_at(1589373546000, 4),
+    {"op": "update", **PRODUCTS, "before": product(107, "rocks", "box of assorted rocks", 5.3)}
+    | {"after": product(107, "rocks", "box of assorted rocks", 5.1)}
+    | canal_at(1589373549000, 5),
+    {"op": "insert", **PRODUCTS, "after": JACKET_110} | canal_at(1589373552000, 6),
+    {"op": "insert", **PRODUCTS, "after": SCOOTER_111} | canal_at(1589373555000, 7),
+    {"op": "update", **PRODUCTS, "before": JACKET_110, "after": NEW_JACKET_110} | canal_at(1589373558000, 8),
+    {"op": "update", **PRODUCTS, "before": SCOOTER_111}
+    | {"after": {**SCOOTER_111, "weight": 5.17}}
+    | canal_at(1589373560000, 9),
+    {"op": "delete", **PRODUCTS, "before": {**SCOOTER_111, "weight": 5.17}} | canal_at(1589373563000, 10),
+    *(
+        {"op": "update", **PRODUCTS}
+        | {"before": product(i, name, description, old), "after": product(i, name, description, 5.17)}
+        | canal_at(1589373753000, 11)
+        for i, name, description, old in [
+            (101, "scooter", "Small 2-wheel scooter", 3.14),
+            (102, "car battery", "12V car battery", 8.1),
+        ]
+    ),
+    {"op": "ddl", "database": "inventory", "table": "user02", "primary_key": []}
+    | canal_at(1589373566000, 13),
+    *(
+        {"op": "delete", **PRODUCTS, "before": row} | canal_at(1589374013000, 12)
+        for row in (
+            product(102, "car battery", "12V car battery", 5.17),
+            product(
+                103, "12-pack drill bits", "12-pack of drill bits with sizes ranging from #40 to #3", 0.8
+            ),
+        )
+    ),
+]
+
+
+def test_flinks_canal_stream_with_its_snapshot():
+    check("canal-json", "canal-json/flink-canal-data-with-init.jsonl", CANAL_INIT_STREAM)
+
+
 # ---- Tencent Cloud CKafka: «MySQL 订阅消息官方格式说明» and «MySQL 订阅消息 Canal 格式说明»
 CUSTOMERS = {"database": "inventory", "table": "customers", "primary_key": []}  # no key in either format
 
