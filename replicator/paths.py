@@ -216,7 +216,10 @@ def relative_under(root: str | Path, path: str | Path) -> str | None:
     """``path`` relative to ``root`` (POSIX text) when it lies under it (lexically or resolved), else None."""
     if is_uri(root) or is_uri(path):
         return location(path).relative_to(location(root)) if inside(root, path) else None  # type: ignore[union-attr,arg-type]
-    for base, target in ((os.path.normpath(root), os.path.normpath(path)), (_real(root), _real(path))):
+    # The resolved pair only when the lexical one fails: realpath cost ~1 ms a call (the registry's save
+    # asks once per table of the batch).
+    for resolve in (os.path.normpath, _real):
+        base, target = resolve(root), resolve(path)
         if target != base and os.path.commonpath([base, target]) == base:
             return PurePosixPath(Path(os.path.relpath(target, base))).as_posix()
     return None

@@ -187,12 +187,11 @@ def read_file(uri: str) -> bytes | None:
         with open(local, "rb") as f:
             return f.read()
     try:
-        from pyarrow import fs
+        from replicator.storage import ObjectPath
 
-        normalized = uri.replace("s3a://", "s3://", 1).replace("s3n://", "s3://", 1)
-        filesystem, path = fs.FileSystem.from_uri(normalized)
-        with filesystem.open_input_stream(path) as f:
-            return bytes(f.read())
+        # Through the process's one file system per scheme (the job's storage settings, made once): a new
+        # one per file cost a client setup each, and ignored storage.endpoint. (Spark's URIs are encoded.)
+        return ObjectPath(unquote(uri.replace("s3n://", "s3a://", 1))).read_bytes()
     except Exception:
         return None
 

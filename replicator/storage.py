@@ -351,6 +351,9 @@ class Storage:
         options: dict[str, Any] = {
             "region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
             "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=5),
+            # A small object (a pending note, a report) in one PUT when its stream closes, not a multipart
+            # upload's three requests; an error opening it surfaces at the close instead (measured).
+            "allow_delayed_open": True,
         }
         if endpoint:
             scheme_part, _, host = endpoint.partition("://")

@@ -156,6 +156,7 @@ def _registered(output: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.cluster  # a second Spark application on the metastore: make test-cluster
 def test_mirrors_are_readable_by_name_from_another_spark_process(tmp_path):
     from replicator import jars
 

@@ -165,3 +165,23 @@ def test_deletion_vectors_with_delta_rs_on_an_object_store_are_refused_with_the_
         parse_config(data, "job.yaml", tmp_path)
     data["target"]["writer"] = "delta-spark"  # Delta for Spark writes its vectors through Hadoop's s3a
     assert parse_config(data, "job.yaml", tmp_path).target.deletion_vectors
+
+
+def test_a_catalog_with_the_state_on_an_object_store_needs_a_local_or_remote_metastore(tmp_path):
+    """The embedded Derby metastore defaults to <state.path>/metastore: not a place Derby can write when
+    the state is on S3. Refused when the job file is read, naming the two ways out."""
+    data = {
+        "name": "j",
+        "source": {"path": "in"},
+        "target": {"path": "s3://lake/m"},
+        "state": {"path": "s3://lake/st"},
+        "catalog": {"enabled": True},
+    }
+    with pytest.raises(ConfigError, match=r"catalog\.metastore: the embedded Derby metastore needs a local"):
+        parse_config(data, "job.yaml", tmp_path)
+    data["catalog"]["metastore"] = "metastore"
+    assert parse_config(data, "job.yaml", tmp_path).catalog.metastore == tmp_path / "metastore"
+    data["catalog"] = {"enabled": True, "metastore_uri": "thrift://hms:9083"}
+    settings = parse_config(data, "job.yaml", tmp_path).catalog.spark_settings()
+    assert settings["spark.hadoop.hive.metastore.uris"] == "thrift://hms:9083"
+    assert "spark.hadoop.javax.jdo.option.ConnectionURL" not in settings

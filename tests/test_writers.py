@@ -18,16 +18,20 @@ VECTORS = {"delta.enableDeletionVectors": "true"}
 
 
 @pytest.fixture(params=[*WRITERS, "delta-rs+vectors", pytest.param("delta-rs@s3", marks=pytest.mark.s3)])
-def writer(request, spark, tmp_path):
+def writer(request, tmp_path):
     """Each writer; ``delta-rs+vectors``: delta-rs with deletion vectors, its MERGEs the engine's own
-    commits (replicator.sinks.vectors); ``@s3``: the table on the session's S3 server (``make test-s3``)."""
+    commits (replicator.sinks.vectors); ``@s3``: the table on the session's S3 server (``make test-s3``).
+    The server before the session: Spark's Python workers inherit the environment its JVM started in, and
+    the tests of `make test-s3` after these run the engine's decode tasks against the server."""
     name, _, where = request.param.partition("@")
     name, _, vectors = name.partition("+")
     if where == "s3":
         import uuid
 
         server = request.getfixturevalue("s3")
+        request.getfixturevalue("spark")
         return writer_factory(name)(f"s3://{server.bucket}/writers/{uuid.uuid4().hex[:12]}/t")
+    request.getfixturevalue("spark")
     return writer_factory(name)(tmp_path / "t", VECTORS if vectors else None)
 
 
@@ -288,6 +292,39 @@ def test_a_kept_table_is_brought_up_to_date_and_read_again_when_its_log_went_bac
     write_deltalake(path, pa.table({"id": pa.array([9], pa.int32()), "w": ["x"]}), mode="append")
     assert writer.schema().names == ["id", "w"]
     assert DeltaTable(path).version() == handle(path).version() == 1
+
+
+def test_applied_versions_are_kept_per_version_and_commits_by_others_are_read(tmp_path):
+    """Whether a batch is in (a table's app transaction) is read from the log once per version and
+    carried across this process's own commits; a commit another writer made between is read, whichever
+    app it carries, and so is one made through a handle this process did not commit with."""
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    from replicator.sinks.delta_rs import DeltaRsWriter
+
+    path = str(tmp_path / "t")
+    writer = DeltaRsWriter(path)
+    writer.create(SCHEMA)
+    assert writer.applied_version("job") is None and writer.applied_version("other") is None
+    for batch in range(3):
+        writer.append(rows([(batch, "a", "insert", f"0{batch}")]), Txn("job", batch))
+        assert writer.applied_version("job") == batch and writer.applied_version("other") is None
+
+    def by_another(app: str, version: int) -> None:
+        props = CommitProperties(app_transactions=[Transaction(app, version)])
+        write_deltalake(path, rows([(9, "x", "insert", "09")]), mode="append", commit_properties=props)
+
+    by_another("job", 7)  # (a second job of the same name would be refused: its lease; a copy of its state)
+    assert writer.applied_version("job") == 7
+    by_another("other", 4)
+    assert writer.applied_version("other") == 4 and writer.applied_version("job") == 7
+    writer.merge_guarded(rows([(1, "b", "update", "10")]), ["id"], "_cdc_seq", "_cdc_op", Txn("job", 8))
+    assert writer.applied_version("job") == 8 and writer.applied_version("other") == 4
+    writer.mark(Txn("other", 5))
+    writer.delete_where("id = 9", Txn("job", 9))
+    assert writer.applied_version("other") == 5 and writer.applied_version("job") == 9
+    by_another("job", 3)  # an older version written later: the newest txn of an app is the answer
+    assert writer.applied_version("job") == 3
 
 
 def test_a_failed_write_leaves_no_kept_table(tmp_path):

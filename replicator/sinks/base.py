@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import astuple, dataclass
 from pathlib import Path
 
@@ -81,6 +82,12 @@ class MirrorWriter(ABC):
         self.path = str(path)
         self.properties = dict(properties or {})
         self.description = description
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Within: reads may use the table as first read here, until a write (sinks.delta_rs). Here: as
+        every read."""
+        yield
 
     @abstractmethod
     def exists(self) -> bool: ...

@@ -24,8 +24,10 @@ from replicator.sinks.base import (
     rows_with,
 )
 
-# Loaded table states kept per thread for reuse, the least recently used dropped past this many.
-HANDLES = 64
+# Loaded table states kept per thread for reuse, the least recently used dropped past this many: ~60 KB
+# each for a small table; the engine's 8 apply threads keep a table's mirror and tombstones on one thread
+# (engine.LANES), so 2,000 tables' stay loaded from batch to batch.
+HANDLES = 256
 _threads = threading.local()
 
 
@@ -40,11 +42,11 @@ def handle(path: str):  # type: ignore[no-untyped-def]
     when the folder was removed, moved or replaced in this process (base.forget): the update reads only
     the commits after the kept version, and a table made again in the folder has its own. A log that went
     back (its newest commits deleted by hand, an older copy restored) the update follows
-    (tests/test_writers.py). A URI (object stores) is loaded each time."""
+    (tests/test_writers.py). On an object store the same: a load there is a LIST of the log and a GET of
+    its checkpoint and of every commit since, an update a LIST from the kept version (benchmarks/LOG.md
+    counts them per batch)."""
     from deltalake import DeltaTable
 
-    if "://" in path:
-        return DeltaTable(path)
     key = folder_key(path)
     kept: OrderedDict[str, tuple[int, DeltaTable]] | None = getattr(_threads, "handles", None)
     if kept is None:
@@ -65,6 +67,107 @@ def handle(path: str):  # type: ignore[no-untyped-def]
     while len(kept) > HANDLES:
         kept.popitem(last=False)
     return table
+
+
+def table_exists(path: str) -> bool:
+    """Whether a Delta table is at ``path``. On an object store the probe reads the log as a load does, so
+    this thread's kept handle answers, or the load is kept for the read or write that follows."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    if "://" not in path:
+        return DeltaTable.is_deltatable(path)
+    kept = getattr(_threads, "handles", None)
+    entry = kept.get(folder_key(path)) if kept else None
+    if entry is not None and entry[0] == replaced(path):
+        return True
+    try:
+        handle(path)
+    except TableNotFoundError:
+        return False
+    return True
+
+
+# The app transactions read per table (transaction_version): {folder: (stamp, {app id: applied version},
+# ours)}. deltalake 1.6 answers transaction_version by reading every commit since the last checkpoint
+# again (on S3 a GET of each, every call: measured), so each batch's "is it in already?" cost up to ~100
+# GETs a table. An answer is kept for the exact version it was read at and carried to the next version
+# across a commit of this process's own (``ours``: that commit's txn, when the handle it was made through
+# has not seen it yet: create_write_transaction does not advance its handle).
+_Stamp = tuple[int, str, int]  # (base.replaced generation, table id, version)
+_applied: dict[str, tuple[_Stamp, dict[str, int | None], tuple[Txn | None] | None]] = {}
+_applied_lock = threading.Lock()
+_NOT_KEPT = object()
+
+
+def version_stamp(table, path: str) -> _Stamp:  # type: ignore[no-untyped-def]
+    return (replaced(path), table.metadata().id, table.version())
+
+
+def _follows(before: _Stamp, after: _Stamp) -> bool:
+    return after[:2] == before[:2] and after[2] == before[2] + 1
+
+
+def _kept(key: str, stamp: _Stamp, app_id: str):  # type: ignore[no-untyped-def]
+    """The kept answer for ``app_id`` at ``stamp`` (an own commit seen now taken in), else _NOT_KEPT."""
+    entry = _applied.get(key)
+    if entry is None:
+        return _NOT_KEPT
+    at, apps, ours = entry
+    if ours is not None and _follows(at, stamp):
+        # The commit seen now directly after the kept version is ours: it succeeded after that version,
+        # and a handle brought up to date sees every commit up to the newest.
+        apps = {**apps, **({ours[0].app_id: ours[0].version} if ours[0] is not None else {})}
+        at, ours = stamp, None
+        _applied[key] = (at, apps, None)
+    if at != stamp or ours is not None:
+        return _NOT_KEPT
+    return apps.get(app_id, _NOT_KEPT)
+
+
+def applied_version(table, path: str, app_id: str) -> int | None:  # type: ignore[no-untyped-def]
+    """``table.transaction_version(app_id)`` (``table`` a handle of ``path`` at its newest version), read
+    from the log once per version of the table (:data:`_applied`)."""
+    stamp = version_stamp(table, path)
+    key = folder_key(path)
+    with _applied_lock:
+        value = _kept(key, stamp, app_id)
+    if value is not _NOT_KEPT:
+        return value  # type: ignore[return-value]
+    value = table.transaction_version(app_id)
+    with _applied_lock:
+        entry = _applied.get(key)
+        apps = dict(entry[1]) if entry is not None and entry[0] == stamp and entry[2] is None else {}
+        apps[app_id] = value
+        _applied[key] = (stamp, apps, None)
+    return value
+
+
+def committed(path: str, before: _Stamp, table, txn: Txn | None, advanced: bool = True) -> None:  # type: ignore[no-untyped-def]
+    """After this process committed through ``table`` from the version of ``before`` (:func:`version_stamp`
+    taken just before). ``advanced``: the write moved ``table`` to its commit (delta-rs's write, MERGE and
+    DELETE; a DELETE or MERGE that changed nothing made no commit). The next version is ours when it
+    directly follows (another writer's commit between would have moved ours further), so the app
+    transactions known at ``before`` hold there too and ``txn``'s app is at ``txn.version`` (an app's
+    newest ``txn`` is its answer: Delta's protocol, "Transaction Identifiers"). Anything else is read
+    again. Not ``advanced`` (create_write_transaction): the commit is taken in when a handle sees the
+    version after ``before``."""
+    key = folder_key(path)
+    with _applied_lock:
+        entry = _applied.get(key)
+        apps = dict(entry[1]) if entry is not None and entry[0] == before and entry[2] is None else {}
+        if not advanced:
+            _applied[key] = (before, apps, (txn,))
+            return
+        after = version_stamp(table, path)
+        if after == before:
+            return  # no commit
+        if not _follows(before, after):
+            _applied.pop(key, None)
+            return
+        if txn is not None:
+            apps[txn.app_id] = txn.version
+        _applied[key] = (after, apps, None)
 
 
 @contextmanager
@@ -152,21 +255,66 @@ def count_rows(table) -> int:  # type: ignore[no-untyped-def]
 
 
 class DeltaRsWriter(MirrorWriter):
+    # A guarded MERGE of at most this many rows, into files of at most this many bytes in its key range, is
+    # done by vectors.merge's copy-on-write rewrite (merge_guarded); 0 rows: always delta-rs's MERGE.
+    small_rows = 2_000
+    small_bytes = 8 << 20
+    # A guarded MERGE of at least large_rows rows and at least rewrite_share of the rows of the files in its
+    # key range is done by the same rewrite, each file read whole once; 0: delta-rs's MERGE.
+    large_rows = 10_000
+    rewrite_share = 0.25
+
     def _table(self):  # type: ignore[no-untyped-def]
-        return handle(self.path)
+        held = self.__dict__.get("_held")
+        if held is None or "://" not in self.path:  # (a local update reads a file or two: not held)
+            return handle(self.path)
+        stamp = (replaced(self.path), threading.get_ident())
+        kept = held.get("table")
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
+        table = handle(self.path)
+        held["table"] = (stamp, table)
+        return table
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Within, on an object store: the table brought up to date at its first use and read as it is
+        until a write (which starts over). A table's apply reads its app transaction and its schema four
+        times before its MERGE, each an update of the handle otherwise (a LIST and a GET: measured).
+        Its commits stay conditional: a writer that committed in between fails the MERGE or is merged
+        after (delta-rs's conflict check), as one that commits during the MERGE does."""
+        self._held: dict[str, object] | None = {}
+        try:
+            yield
+        finally:
+            self._held = None
+
+    def _checkpoint_when_due(self) -> None:
+        """A checkpoint at every ``delta.checkpointInterval``-th version (100 unless set), as delta-rs's own
+        commits write one: a commit vectors.merge wrote has none, and without checkpoints every load of
+        the table would read its whole log."""
+        table = self._table()  # (brought up to date: the commit was not made through it)
+        interval = int(table.metadata().configuration.get("delta.checkpointInterval") or 100)
+        if table.version() % max(1, interval) == 0:
+            table.create_checkpoint()
 
     def exists(self) -> bool:
-        from deltalake import DeltaTable
-
-        return DeltaTable.is_deltatable(self.path)
+        return table_exists(self.path)
 
     def schema(self) -> pa.Schema:
         """The mirror's columns, with their metadata (replicator's own) but not a column-mapped table's
         physical names and ids (the table's, not its columns' meaning: never copied into another)."""
-        schema = pa.schema(self._table().schema().to_arrow())
-        if not any(f.metadata and b"delta.columnMapping.id" in f.metadata for f in schema):
-            return schema
-        return pa.schema([_unmapped(f) for f in schema], metadata=schema.metadata)
+        table = self._table()
+        version = table.version()
+        # One conversion per loaded version: a table's apply asks several times (~0.6 ms each).
+        kept = self.__dict__.get("_schema_read")
+        if kept is not None and kept[0] is table and kept[1] == version:
+            return kept[2]
+        schema = pa.schema(table.schema().to_arrow())
+        if any(f.metadata and b"delta.columnMapping.id" in f.metadata for f in schema):
+            schema = pa.schema([_unmapped(f) for f in schema], metadata=schema.metadata)
+        self._schema_read = (table, version, schema)
+        return schema
 
     def create(self, schema: pa.Schema, partition_by: Sequence[str] = ()) -> None:
         from deltalake import DeltaTable
@@ -216,7 +364,7 @@ class DeltaRsWriter(MirrorWriter):
     def applied_version(self, app_id: str) -> int | None:
         if not self.exists():
             return None
-        return self._table().transaction_version(app_id)
+        return applied_version(self._table(), self.path, app_id)
 
     def merge_guarded(
         self,
@@ -244,13 +392,25 @@ class DeltaRsWriter(MirrorWriter):
                         )
                     except vectors.Unsupported:
                         pass  # (a vector or checkpoint kind this writer does not read: MERGE below)
-        elif batch.num_columns >= vectors.WIDE_COLUMNS:  # delta-rs's MERGE costs the square of the columns
+        elif (
+            batch.num_columns >= vectors.WIDE_COLUMNS
+            or batch.num_rows <= self.small_rows
+            or (self.rewrite_share and batch.num_rows >= self.large_rows)
+        ):
+            # Wide: delta-rs's MERGE costs the square of the columns. Small (a batch of a few rows into a
+            # mirror whose files in its key range are small): its planning costs ~25 ms of driver CPU a
+            # table, the rewrite in Arrow a few (benchmarks/LOG.md, "A thousand tables"). Large (a batch of
+            # at least rewrite_share of the rows in its key range: uniform changes touch every file): both
+            # rewrite the files, the rewrite in Arrow with ~half the CPU (benchmarks/LOG.md, "Uniform
+            # updates into a full mirror").
+            wide = batch.num_columns >= vectors.WIDE_COLUMNS
+            small = not wide and batch.num_rows <= self.small_rows
             with self._writing():
                 table = self._table()
                 schema = pa.schema(table.schema().to_arrow())
                 if vectors.usable(table, self.path, batch, schema, rewrite=True):
                     try:
-                        return vectors.merge(
+                        result = vectors.merge(
                             table,
                             self.path,
                             batch,
@@ -261,9 +421,14 @@ class DeltaRsWriter(MirrorWriter):
                             txn,
                             ties=ties,
                             rewrite=True,
+                            max_bytes=self.small_bytes if small else None,
+                            min_share=None if wide or small else self.rewrite_share,
                         )
                     except vectors.Unsupported:
                         pass
+                    else:
+                        self._checkpoint_when_due()
+                        return result
         on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
         bounds = key_range(batch, key)
         if bounds:
@@ -278,6 +443,7 @@ class DeltaRsWriter(MirrorWriter):
         with self._writing():
             table = self._table()
             before = table.version()
+            stamp = version_stamp(table, self.path)
             metrics = (
                 table.merge(
                     batch, predicate=on, source_alias="s", target_alias="t", commit_properties=_commit(txn)
@@ -287,6 +453,7 @@ class DeltaRsWriter(MirrorWriter):
                 .when_not_matched_insert(updates=columns, predicate=f"NOT ({is_delete})")
                 .execute()
             )
+            committed(self.path, stamp, table, txn)
         if txn is not None and table.version() == before:  # execute() advances the handle it ran on
             # delta-rs writes no commit for a MERGE that changes nothing (every row older than the mirror's):
             # the batch's app transaction must still be recorded, or a replay would not know it was applied.
@@ -306,17 +473,28 @@ class DeltaRsWriter(MirrorWriter):
         if not self.exists():
             self.create(batch.schema)
         with self._writing():
-            write_deltalake(
-                self._table(), batch, mode="append", commit_properties=_commit(txn), schema_mode="merge"
-            )
+            table = self._table()
+            stamp = version_stamp(table, self.path)
+            write_deltalake(table, batch, mode="append", commit_properties=_commit(txn), schema_mode="merge")
+            committed(self.path, stamp, table, txn)
 
     def delete_where(self, predicate: str | None, txn: Txn | None) -> int:
         with self._writing():
-            metrics = self._table().delete(predicate, commit_properties=_commit(txn))
+            table = self._table()
+            stamp = version_stamp(table, self.path)
+            metrics = table.delete(predicate, commit_properties=_commit(txn))
+            committed(self.path, stamp, table, txn)
         return int(metrics.get("num_deleted_rows", 0) or 0)
 
-    def _writing(self):  # type: ignore[no-untyped-def]
-        return writing(self.path)
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        try:
+            with writing(self.path):
+                yield
+        finally:
+            held = self.__dict__.get("_held")
+            if held is not None:
+                held.pop("table", None)  # (the write may not have advanced it: read up to date again)
 
     writes_files = True
 
@@ -339,17 +517,21 @@ class DeltaRsWriter(MirrorWriter):
         ]
         with self._writing():
             table = self._table()
+            stamp = version_stamp(table, self.path)
             table.create_write_transaction(
                 adds, mode="append", schema=table.schema(), commit_properties=_commit(txn)
             )
+            committed(self.path, stamp, table, txn, advanced=False)
         return MergeResult(inserted=int(pc.sum(files["rows"]).as_py() or 0))
 
     def mark(self, txn: Txn) -> None:
         with self._writing():
             table = self._table()
+            stamp = version_stamp(table, self.path)
             table.create_write_transaction(
                 [], mode="append", schema=table.schema(), commit_properties=_commit(txn)
             )
+            committed(self.path, stamp, table, txn, advanced=False)
 
     def describe(self, description: str) -> None:
         with self._writing():

@@ -55,6 +55,13 @@ class Unsupported(Exception):
 # growing with the square of the columns; benchmarks/LOG.md, "Wide rows"), this path reads and writes
 # each column once.
 WIDE_COLUMNS = 200
+# A file the rewrite leaves with fewer rows is not written alone: such rows go into one file with others
+# and the batch's new rows (a uniform batch leaves a third of every file: without this, the file count
+# grew by one a batch and each file shrank).
+PIECE_ROWS = 100_000
+# A file of more bytes is not read whole by a large batch's rewrite (``merge(min_share=...)``): its
+# decoded columns are held at once, several times its compressed size.
+WHOLE_BYTES = 256 << 20
 
 
 def usable(table: Any, path: str, batch: pa.Table, schema: pa.Schema, *, rewrite: bool = False) -> bool:
@@ -244,16 +251,58 @@ def _write(root: Path, rows: pa.Table, key: Sequence[str], now: int) -> dict[str
     return add | {"modificationTime": now, "dataChange": True, "stats": _stats(rows, key)}
 
 
-def _without_rows(data: pa.Table, rows: Any, schema: pa.Schema) -> pa.Table:
-    """A data file's rows less those marked (a BitMap of row numbers), in the mirror's schema (a column
-    added after the file was written is NULL in it)."""
-    drop = np.fromiter(rows, np.int64, len(rows))
-    kept = data.filter(pa.array(~np.isin(np.arange(data.num_rows), drop)))
-    have = dict(zip(kept.column_names, kept.columns, strict=True))  # (by name: a lookup per column is linear)
+def _conformed(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A data file's rows in the mirror's schema (a column added after the file was written is NULL in it).
+
+    pyarrow (26) has no filter kernel for the view types delta-rs writes (Utf8View, BinaryView): the cast
+    to the mirror's plain types comes before any filter."""
+    have = dict(zip(data.column_names, data.columns, strict=True))  # (by name: a lookup per column is linear)
     columns = [
-        have[f.name].cast(f.type) if f.name in have else pa.nulls(kept.num_rows, f.type) for f in schema
+        have[f.name].cast(f.type) if f.name in have else pa.nulls(data.num_rows, f.type) for f in schema
     ]
     return pa.table(columns, schema=schema)
+
+
+def _without_rows(data: pa.Table, rows: Any, schema: pa.Schema) -> pa.Table:
+    """A data file's rows less those marked (a BitMap of row numbers), in the mirror's schema."""
+    if data.schema != schema:
+        data = _conformed(data, schema)
+    drop = np.fromiter(rows, np.int64, len(rows))
+    keep = np.ones(data.num_rows, bool)
+    keep[drop] = False
+    return data.filter(pa.array(keep))
+
+
+class _Lookup:
+    """The batch rows of the mirror rows' keys, file after file. One integer key column of a batch with one
+    row a key: the batch's keys sorted once, each file's found by binary search (numpy); one other key
+    column: a hash lookup (``index_in``); otherwise an Acero join (~2x the CPU of either on 500k rows)."""
+
+    def __init__(self, source: pa.Table, key: Sequence[str]) -> None:
+        self.source, self.key = source, list(key)
+        column = source[key[0]]
+        self.unique = len(key) == 1 and pc.count_distinct(column).as_py() == source.num_rows
+        self.order = self.sorted = None
+        if self.unique and pa.types.is_integer(column.type) and column.null_count == 0:
+            values = column.to_numpy()
+            self.order = np.argsort(values, kind="stable")
+            self.sorted = values[self.order]
+
+    def pairs(self, mirror: pa.Table) -> pa.Table:
+        """The mirror rows (``__row``) whose key a batch row (``__source``) has, with the mirror's key and
+        sequence columns."""
+        column = mirror[self.key[0]]
+        if self.sorted is not None and len(self.sorted) and column.null_count == 0:
+            values = column.to_numpy()
+            at = np.minimum(np.searchsorted(self.sorted, values), len(self.sorted) - 1)
+            found = self.sorted[at] == values
+            pairs = mirror.filter(pa.array(found))
+            return pairs.append_column("__source", pa.array(self.order[at[found]].astype(np.int64)))
+        if self.unique:
+            at = pc.index_in(column, value_set=self.source[self.key[0]], skip_nulls=True)
+            found = pc.is_valid(at)
+            return mirror.filter(found).append_column("__source", at.filter(found).cast(pa.int64()))
+        return mirror.join(self.source, keys=self.key, join_type="inner")
 
 
 def merge(
@@ -268,11 +317,18 @@ def merge(
     *,
     ties: bool = False,
     rewrite: bool = False,
+    max_bytes: int | None = None,
+    min_share: float | None = None,
 ) -> MergeResult:
     """The guarded MERGE (sinks.delta_rs.DeltaRsWriter.merge_guarded: delete a matched row when the change
     is a delete and newer, replace it when newer, insert an unmatched non-delete) into ``table`` (a
     deltalake.DeltaTable at its newest version) as deletion vectors and one new file; with ``rewrite``,
-    each file holding replaced rows is written again without them (copy-on-write, as the MERGE does)."""
+    each file holding replaced rows is written again without them (copy-on-write, as the MERGE does; the
+    rows left of files that kept few go into one file with the batch's new rows).
+    ``max_bytes``: :class:`Unsupported`, before anything is written, when the files in the batch's key
+    range hold more bytes (the caller MERGEs a large mirror instead); ``min_share``: the same when the
+    batch has fewer rows than this share of those files' rows, and otherwise each file is read whole at
+    once (a batch this large touches most of them)."""
     import pyarrow.parquet as pq
     from pyroaring import BitMap
 
@@ -280,7 +336,8 @@ def merge(
     version = table.version()
     files = live_files(root, version)
     try:
-        batch = batch.select(schema.names).cast(schema)
+        # (One chunk: a take from a chunked column of many, below, cost ~10x; measured.)
+        batch = batch.select(schema.names).cast(schema).combine_chunks()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise Unsupported(f"a batch not in the mirror's types: {exc}") from None  # (the MERGE casts)
     source = batch.select(list(key)).append_column("__source", pa.array(np.arange(batch.num_rows)))
@@ -289,9 +346,11 @@ def merge(
     first = key[0]
     low, high = pc.min_max(batch[first]).values()
     bounded = pa.types.is_integer(batch[first].type) or pa.types.is_string(batch[first].type)
+    lookup = _Lookup(source, key)
     now = int(time.time() * 1000)
     actions: list[dict[str, Any]] = []
-    scanned = skipped = 0
+    scanned = skipped = copied = 0
+    candidates = []
     for add in files.values():
         name = add["path"]
         if "://" in name or name.startswith("/"):
@@ -301,12 +360,28 @@ def merge(
         if bounded and lo is not None and hi is not None and (hi < low.as_py() or lo > high.as_py()):
             skipped += 1  # outside the batch's key range (the MERGE's predicate skips it too)
             continue
+        candidates.append((add, name, stats))
+    if max_bytes is not None and sum(add.get("size") or 0 for add, _n, _s in candidates) > max_bytes:
+        raise Unsupported(f"more than {max_bytes} bytes of files to read")
+    whole = rewrite and min_share is not None
+    if whole:
+        if any("numRecords" not in s or (a.get("size") or 0) > WHOLE_BYTES for a, _n, s in candidates):
+            raise Unsupported("a file without statistics, or too large to hold whole")
+        if batch.num_rows < min_share * sum(s["numRecords"] for _a, _n, s in candidates):
+            raise Unsupported(f"a batch of less than {min_share:.0%} of the rows in its key range")
+    pending: list[pa.Table] = []  # rows left of files that kept few (written together: fewer files)
+    for add, name, stats in candidates:
         scanned += 1
-        mirror = pq.read_table(root / unquote(name), columns=[*key, seq_column])
-        mirror = mirror.cast(pa.schema([schema.field(c) for c in mirror.column_names]))
+        # (A ParquetFile, not pq.read_table: its dataset discovery cost ~1 ms a file of a small mirror.)
+        data = _conformed(pq.ParquetFile(root / unquote(name)).read(), schema) if whole else None
+        if data is not None:
+            mirror = data.select([*key, seq_column])
+        else:
+            mirror = pq.ParquetFile(root / unquote(name)).read(columns=[*key, seq_column])
+            mirror = mirror.cast(pa.schema([schema.field(c) for c in mirror.column_names]))
         mirror = mirror.append_column("__row", pa.array(np.arange(mirror.num_rows)))
         marked = read_vector(root, add["deletionVector"]) if add.get("deletionVector") else BitMap()
-        pairs = mirror.join(source, keys=list(key), join_type="inner")
+        pairs = lookup.pairs(mirror)
         if len(marked):  # rows a vector marks are gone: they match nothing
             live = ~np.isin(pairs["__row"].to_numpy(), np.fromiter(marked, np.int64, len(marked)))
             pairs = pairs.filter(pa.array(live))
@@ -327,9 +402,18 @@ def merge(
             remove["deletionVector"] = add["deletionVector"]
         actions.append({"remove": remove})
         if rewrite:
-            kept = _without_rows(pq.read_table(root / unquote(name)), vector, schema)
-            if kept.num_rows:
+            if data is None:
+                data = pq.ParquetFile(root / unquote(name)).read()
+            kept = _without_rows(data, vector, schema)
+            del data
+            copied += kept.num_rows
+            if kept.num_rows >= PIECE_ROWS:
                 actions.append({"add": _write(root, kept, key, now)})
+            elif kept.num_rows:
+                pending.append(kept)
+                if sum(p.num_rows for p in pending) >= PIECE_ROWS:
+                    actions.append({"add": _write(root, pa.concat_tables(pending), key, now)})
+                    pending.clear()
             continue
         stats["tightBounds"] = False  # the statistics still count the rows the vector marks
         replaced = {**add, "deletionVector": write_vector(root, vector), "stats": json.dumps(stats)}
@@ -337,6 +421,8 @@ def merge(
     deletes = pc.equal(batch[op_column], "delete").to_numpy(zero_copy_only=False)
     keep = ~deletes & (applied | ~matched)
     new_rows = batch.filter(pa.array(keep)).sort_by([(k, "ascending") for k in key])
+    if pending:
+        new_rows = pa.concat_tables([*pending, new_rows])
     if new_rows.num_rows:
         actions.append({"add": _write(root, new_rows, key, now)})
     result = MergeResult(
@@ -345,6 +431,7 @@ def merge(
         deleted=int((deletes & applied).sum()),
         files_scanned=scanned,
         files_skipped=skipped,
+        rows_copied=copied,
     )
     info = {
         "timestamp": now,

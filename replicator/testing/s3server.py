@@ -178,8 +178,23 @@ class SeaweedServer:
         except OSError:
             return False
 
+    def request_counts(self) -> dict[str, int]:
+        """The S3 gateway's requests so far by action (GET, PUT, LIST, ...), from its Prometheus metrics
+        (``SeaweedFS_s3_request_total``): what a benchmark or a test counts a piece of work's cost by."""
+        import re
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self.ports['metricsPort']}/metrics"
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        counts: dict[str, int] = {}
+        for line in text.splitlines():
+            match = re.match(r'SeaweedFS_s3_request_total\{.*?type="(\w+)".*?\} (\S+)', line)
+            if match:
+                counts[match.group(1)] = counts.get(match.group(1), 0) + int(float(match.group(2)))
+        return counts
+
     def stop(self, kill: bool = False) -> None:
-        from replicator.broker import stop  # the same process-group stop as the tests' Kafka broker
+        from replicator.testing.broker import stop  # the same process-group stop as the tests' Kafka broker
 
         proc, self.process = self.process, None
         if proc is not None:
