@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -171,7 +172,7 @@ class SourceConfig(_Model):
 
         names = dialect_names()
         if value != "auto" and value not in names:
-            raise ValueError(f"unknown dialect {value!r}; expected 'auto' or one of {', '.join(names)}")
+            raise ValueError(did_you_mean(value, ["auto", *names], "dialect"))
         return value
 
     @model_validator(mode="after")
@@ -613,7 +614,6 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
 
 def _unknown_key(loc: tuple[int | str, ...]) -> str:
     """An unknown key's message: the nearest known key at that place ("did you mean"), else the known keys."""
-    import difflib
     import typing
 
     models: list[type[BaseModel]] = [JobConfig]
@@ -632,10 +632,17 @@ def _unknown_key(loc: tuple[int | str, ...]) -> str:
                     pending.extend(typing.get_args(kind))
         models = inner or models
     known = sorted({name for model in models for name in model.model_fields if name != "config_file"})
-    near = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    return did_you_mean(str(loc[-1]), known, "key")
+
+
+def did_you_mean(word: str, known: Sequence[str], what: str) -> str:
+    """An unknown name's message: the nearest known one ("did you mean"), else every known one."""
+    import difflib
+
+    near = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
     if near:
-        return f"unknown key; did you mean '{near[0]}'?"
-    return f"unknown key; expected one of {', '.join(known)}"
+        return f"unknown {what}; did you mean '{near[0]}'?"
+    return f"unknown {what}; expected one of {', '.join(known)}"
 
 
 def parse_config(data: Any, source: str = "<config>", base: Path | None = None) -> JobConfig:
@@ -663,6 +670,14 @@ def parse_config(data: Any, source: str = "<config>", base: Path | None = None) 
             f"{source}: target.deletion_vectors with the delta-rs writer needs a local target.path; on an "
             "object store use target.writer: delta-spark, or leave deletion vectors off "
             "(docs/object-storage.md)"
+        )
+    catalog = config.catalog
+    if catalog.enabled and not catalog.metastore_uri and isinstance(catalog.metastore, ObjectPath):
+        # Derby keeps its database in local files: it cannot live under an s3:// state.path.
+        raise ConfigError(
+            f"{source}: catalog.metastore: the embedded Derby metastore needs a local folder, and state.path "
+            f"is {config.state.path}; give catalog.metastore (a local folder) or catalog.metastore_uri "
+            "(a Hive metastore service, thrift://host:9083) (docs/object-storage.md)"
         )
     return config
 

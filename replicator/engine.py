@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+import zlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ from replicator.apply import (
 )
 from replicator.config import JobConfig
 from replicator.decode import DecodedBatch, DecodePlan
-from replicator.dialects.base import DecodeOptions, may_patch
+from replicator.dialects.base import DecodeOptions, may_leave_out, may_patch
 from replicator.errors import RecordFailed
 from replicator.fold import FoldPlan, fold_batch
 from replicator.fold.arrow import Barrier, no_changes, seq_system
@@ -78,6 +79,8 @@ log = get_logger("replicator.engine")
 # A table's DML events in a batch from which the fold tasks type its net changes (Engine._typing): fewer
 # are typed on the driver, where reading the mirror's schema first would cost more than the typing.
 TYPED_ON_EXECUTORS = 10_000
+# Threads applying a batch's tables (Engine._apply_tables).
+LANES = 8
 # Kafka source options that set how Spark splits a batch into tasks: the job's choice, kept as it is.
 SPLIT_OPTIONS = frozenset({"minPartitions", "maxRecordsPerPartition"})
 
@@ -150,6 +153,11 @@ class Engine:
         self._background = ThreadPoolExecutor(1, thread_name_prefix="changelog")
         # The batch applied while the next one is decoded (Engine.submit), one at a time.
         self._applying = ThreadPoolExecutor(1, thread_name_prefix="apply")
+        # The tables' appliers: threads kept from batch to batch, a table on the same one each batch, so
+        # that its mirror's and tombstones' loaded Delta states (sinks.delta_rs.handle, kept per thread)
+        # are brought up to date, not loaded again: ~2.7 ms of driver CPU to open a small table against
+        # ~0.3 to update it (benchmarks/LOG.md, "A thousand tables").
+        self._lanes: list[ThreadPoolExecutor] = []
         self._pending: Future[BatchSummary] | None = None
         # Kafka batches reading a re-created topic from its start: their ranges and the topics, until applied.
         self._recreated: dict[int, tuple[dict[tuple[str, int], tuple[int, int]], list[Any]]] = {}
@@ -158,8 +166,10 @@ class Engine:
         # this engine's own, since a `dead-letters retry` may run beside the mirror job on one state; a
         # folder per batch inside it, as one batch is applied while the next is decoded.
         self._catalog: Catalog | None = None  # replicator.catalog, made at the first sync
-        self._spill = str(location(config.state.path) / "tmp" / f"batch-{uuid.uuid4().hex}")
-        _clear_stale(location(config.state.path) / "tmp")
+        self._noticed: set[tuple[TableId, str]] = set()  # the dialects' notices logged (once per table)
+        spill_root = _spill_root(config)
+        self._spill = str(spill_root / f"batch-{uuid.uuid4().hex}")
+        _clear_stale(spill_root)
         # A state whose registry names mirrors outside target.path (another job folder's) stops the job
         # here, before anything is written (State._loaded).
         self.state.tables()
@@ -301,6 +311,8 @@ class Engine:
     def close(self) -> None:
         """The engine's threads ended (after :meth:`drain`): a process that exits next has none left."""
         self._applying.shutdown(wait=True)
+        for lane in self._lanes:
+            lane.shutdown(wait=True)
         self._background.shutdown(wait=True)
 
     def drain(self) -> None:
@@ -323,17 +335,30 @@ class Engine:
 
         summaries = []
         for batch_id, kind, inputs in self.state.pending():
+            if self.state.done("batches", batch_id):  # recorded, then stopped before its note went
+                self.state.clear_pending(batch_id)
+                continue
             log.info("applying a batch left pending", batch_id=batch_id, inputs=inputs.num_rows)
             frame = pending_inputs(spark, self.config, kind, inputs)
             summaries.append(self._run(frame, kind, batch_id, time.monotonic()))
             self.state.clear_pending(batch_id)
         return summaries
 
+    def _notices(self, notices: dict[tuple[TableId, str], None]) -> None:
+        """What a dialect saw in a table's messages that the operator must act on (a capture setting that
+        loses data, types unknown): a warning once per table and notice for this engine's life."""
+        for table, text in notices:
+            if (table, text) in self._noticed:
+                continue
+            self._noticed.add((table, text))
+            log.warning(text, table=table_label(table))
+
     def _plan(self, batch: DecodedBatch, batch_id: int, phases: Phases, started: float | None) -> BatchWork:
         """The batch's small results -> summary, change-log commit, keys and barriers, fold (Spark)."""
         summary = BatchSummary(batch_id)
         work = BatchWork(batch, summary, phases, started)
         groups = batch.groups
+        self._notices(batch.notices)
         summary.records_in = sum(int(g["records"] or 0) for g in groups)
         summary.filtered = sum(g["n"] for g in groups if g["ok"] and g["op"] == "filtered")
         if batch.dead.num_rows:
@@ -547,17 +572,24 @@ class Engine:
                 }
                 if result.ignored_values:
                     summary.tables[name]["ignored_values"] = result.ignored_values
+                if result.before_horizon:  # at or before its snapshot position / TRUNCATE: not applied
+                    summary.tables[name]["before_horizon"] = result.before_horizon
                 if result.partial_documents:  # drs-mongo documents kept from patches alone (issue 35)
                     summary.tables[name]["partial_documents"] = result.partial_documents
                 if result.partial_history_versions:  # their versions in the history table
                     summary.tables[name]["partial_history_versions"] = result.partial_history_versions
+                if result.partial_updates:  # rows that kept unchanged TOASTed values (issue 51)
+                    summary.tables[name]["partial_updates"] = result.partial_updates
+                if result.unavailable_lost:  # such values of rows the mirror did not hold
+                    summary.tables[name]["unavailable_lost"] = result.unavailable_lost
                 if result.defaults:  # ADD COLUMN defaults given to the rows already there (apply.schema)
                     summary.tables[name]["defaults"] = result.defaults
         if dead_rows:
             dead = self._engine_dead_letters(batch, dead_rows, batch_id)
             self.state.write_dead_letters(dead, batch_id, ":apply")
             summary.dead_letters += dead.num_rows
-        summary.applied = summary.events - work.excluded_events - len(dead_rows)
+        held_back = sum(r.before_horizon for r in results if not r.skipped)
+        summary.applied = max(0, summary.events - work.excluded_events - len(dead_rows) - held_back)
         self.state.save_tables(advance_all(results, work.registry, work.activity), batch_id)
         expire_tombstones(
             self.state, [r.state for r in results if r.state is not None], self.config.tombstones, batch_id
@@ -669,8 +701,19 @@ class Engine:
         units = rename_units(work, links)
         if len(units) <= 1:
             return [r for unit in units for r in run_unit(unit)]
-        with ThreadPoolExecutor(max_workers=min(8, len(units))) as pool:
-            return [r for results in pool.map(run_unit, units) for r in results]
+        if not self._lanes:
+            self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"apply-{i}") for i in range(LANES)]
+        # A few units: one a lane, in name order (each lane keeps their handles too); many: by the hash of
+        # the first table's name, the same lane every batch.
+        few = len(units) <= LANES
+        futures = [
+            self._lanes[i if few else zlib.crc32(table_label(unit[0].table).encode()) % LANES].submit(
+                run_unit, unit
+            )
+            for i, unit in enumerate(units)
+        ]
+        wait(futures)  # every table's apply ended before the batch fails on the first error
+        return [r for future in futures for r in future.result()]
 
     def _typing(self, batch, groups, selected, by_table, links, registry, types):  # type: ignore[no-untyped-def]
         """The tables whose net changes the fold tasks type (FoldPlan.typing), with their mirror's schema:
@@ -679,7 +722,10 @@ class Engine:
         driver cost ~1 µs per net change on the 5M catch-up (3.3 s), one core while the executors wait.
 
         A table first seen in this batch is created here when it can be (:meth:`_created`), and the fold
-        tasks write its upserts to its folder (FoldPlan.writes)."""
+        tasks write its upserts to its folder (FoldPlan.writes). Not when its rows carry more than one
+        column set (a column added or dropped without a DDL within the batch: Debezium's PostgreSQL
+        connector): the driver applies it, which gives a column's row-schema default to the rows older than
+        the first carrying it (TableApplier.fill_row_defaults); the fold tasks' files would hold NULL."""
         if may_patch(batch.plan.dialect):
             return (), (), ()
         events: dict[TableId, int] = {}
@@ -695,6 +741,8 @@ class Engine:
             if not planned or table in renamed:
                 continue
             if known is None:
+                if batch.column_sets.get(table, 0) > 1:
+                    continue
                 seen = list(batch.types.get(table, {}))  # typed by its messages (not only declared)
                 created = self._created(table, selected[table], types.get(table, {}), seen)
                 if created is not None:
@@ -704,7 +752,9 @@ class Engine:
             mirror = self.writer(known.mirror, self.config.target.mirror_properties())
             if mirror.exists():
                 typing.append((table, mirror.schema()))
-                if mirror.merges_staged:  # its upserts staged in the batch's folder, MERGEd from there
+                # its upserts staged in the batch's folder, MERGEd from there (not where updates may lack
+                # columns: the driver fills them from the mirror, apply.table.keep_unavailable)
+                if mirror.merges_staged and not may_leave_out(batch.plan.dialect):
                     stages.append((table, _stage_folder(batch.plan.spill, len(stages))))
         return tuple(typing), tuple(writes), tuple(stages)
 
@@ -940,6 +990,36 @@ def _clear(folder: str) -> None:
     except OSError:  # the next batch's folder is there already
         pass
     payload.release_memory()
+
+
+def _spill_root(config: JobConfig) -> Path | ObjectPath:
+    """Where the batches' payload folders go: ``state.path/tmp``, unless the state is on an object store and
+    Spark's workers share this machine's disk (a local master), where a local temporary folder of this
+    state's serves: a batch's decoded events went to the store and back, most of a batch's requests there
+    and their time (benchmarks/LOG.md, "Requests per batch on S3"). On a cluster the executors and the
+    driver share only the store."""
+    import hashlib
+    import tempfile
+
+    state = location(config.state.path)
+    if not isinstance(state, ObjectPath) or not _local_workers(config):
+        return state / "tmp"
+    # Named by a digest of the state's URI: one folder per state, whatever the job's name holds.
+    digest = hashlib.sha256(str(state).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "replicator-spill" / digest
+
+
+def _local_workers(config: JobConfig) -> bool:
+    """Whether the job's Spark runs with a local master (its workers on this machine)."""
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    if context is not None:
+        return str(context.master).startswith("local")
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # under spark-submit, with whatever master it was given
+        return False
+    master = config.spark.master or os.environ.get("REPLICATOR_SPARK_MASTER") or "local[*]"
+    return master.startswith("local")
 
 
 def _clear_stale(folder: Path | ObjectPath, hours: float = 24) -> None:

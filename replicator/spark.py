@@ -158,11 +158,61 @@ def get_spark(
         spark.conf.set(key, value)
     if config is not None and config.catalog.enabled and not config.catalog.metastore_uri:
         _derby_log(spark, config.catalog.metastore)
+    if submitted and active is None:
+        # spark-submit's console logging is INFO: a line per task buries the job's own lines. Turned down
+        # once the session exists (REPLICATOR_SPARK_LOG_LEVEL=INFO keeps it).
+        spark.sparkContext.setLogLevel(os.environ.get("REPLICATOR_SPARK_LOG_LEVEL", "WARN"))
+        _warn_driver_options(spark.sparkContext.getConf().get("spark.driver.extraJavaOptions", ""))
     if not submitted:
         spark.sparkContext.setLogLevel("ERROR")
         if (spark.sparkContext.master or "").startswith("local"):
             _files_dir_on_workers_path(spark)
     return spark
+
+
+# The settings a driver under spark-submit must be given by the deployment (its JVM starts before replicator
+# runs): conf/spark-defaults.conf in the repository, and the spark-submit.conf that `replicator jvm-archive`
+# writes beside its archive (replicator.commands.jvm_archive), hold these.
+SUBMITTED_KEYS = (
+    "spark.driver.extraJavaOptions",
+    "spark.sql.codegen.wholeStage",
+    "spark.sql.session.timeZone",
+    "spark.sql.mapKeyDedupPolicy",
+    "spark.sql.execution.arrow.pyspark.enabled",
+    "spark.driver.maxResultSize",
+    "spark.sql.adaptive.enabled",
+)
+
+
+def submitted_defaults(archive: Path | None = None) -> dict[str, str]:
+    """SUBMITTED_KEYS' values, the driver's JVM options with ``archive`` mapped when one is given."""
+    found = {key: LOCAL_DEFAULTS[key] for key in SUBMITTED_KEYS}
+    if archive is not None:
+        found["spark.driver.extraJavaOptions"] = driver_java_options(archive)
+    return found
+
+
+def missing_driver_options(java_options: str) -> list[str]:
+    """The options of LOCAL_DEFAULTS' driver JVM that ``java_options`` lacks (a submitted driver's JVM
+    started before replicator ran, so only the deployment can give them)."""
+    given = set(java_options.split())
+    return [o for o in LOCAL_DEFAULTS["spark.driver.extraJavaOptions"].split() if o not in given]
+
+
+def _warn_driver_options(java_options: str) -> None:
+    # Spark's JVM defaults cost a submitted driver ~3x the CPU (a 1M catch-up on a standalone cluster:
+    # 28.4 against 8.9 CPU-s, benchmarks/LOG.md), and without ExitOnOutOfMemoryError a heap that runs out
+    # in one of Spark's threads leaves the query waiting forever. Said once, when the session starts.
+    missing = missing_driver_options(java_options)
+    if missing:
+        import structlog
+
+        structlog.get_logger("replicator").warning(
+            "driver JVM without replicator's options",
+            missing=" ".join(missing),
+            fix="spark-submit --properties-file conf/spark-defaults.conf, or the spark-submit.conf "
+            "`replicator jvm-archive` writes beside its archive (docs/how-to/cluster.md)",
+        )
 
 
 def writer_session(config: JobConfig) -> SparkSession | None:

@@ -48,6 +48,70 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # ty
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 
+# `make test` runs two workers (pytest-xdist, --dist loadfile): each work unit is a module (its module
+# fixtures start once), handed out in the order below, longest first, so that the two workers end together
+# (xdist's own order, most tests first, left the few long crash files for the end, on one worker). A `::`
+# entry is a test (each of its parameters) made a work unit of its own: a long test of a module without
+# module fixtures, whose parameters then run on both workers. Unlisted modules follow in collection order.
+# The order is one run's durations (benchmarks/LOG.md, "make test's time"); measure again with --durations
+# when it goes stale.
+LONGEST = [
+    "tests/test_crash.py::test_crash_points",  # each ~160 s on a quiet machine: six Spark starts
+    "tests/test_mirror_job.py::test_killed_between_two_tables_commits_then_rerun_applies_once",
+    "tests/test_mirror_job.py::test_available_now_twice_processes_only_new_files",
+    "tests/test_mirror_job.py::test_killed_between_two_new_tables_file_commits_then_rerun_applies_once",
+    "tests/test_crash.py",
+    "tests/test_catalog.py",
+    "tests/test_kafka_crash.py",
+    "tests/test_history_crash.py",
+    "tests/test_interrupts.py",
+    "tests/test_clean_exit.py",
+    "tests/test_mirror_job.py",
+    "tests/test_cli_commands.py",
+    "tests/test_writers.py",
+    "tests/hostile/test_values.py",
+    "tests/test_deletion_vectors.py",
+    "tests/test_session.py",
+    "tests/test_kafka.py",
+    "tests/hostile/test_operator.py",
+    "tests/test_engine.py",
+    "tests/test_deadletters.py",
+    "tests/test_history_documents.py",
+    "tests/test_history.py",
+    "tests/test_bootstrap.py",
+    "tests/test_progress.py",
+]
+
+
+def _work_unit(nodeid: str) -> tuple[int, str]:
+    """(rank in LONGEST, xdist work unit) of a test."""
+    module = nodeid.split("::")[0]
+    for rank, entry in enumerate(LONGEST):
+        if "::" in entry and (nodeid == entry or nodeid.startswith(entry + "[")):
+            return rank, nodeid  # a unit of its own
+        if entry == module:
+            return rank, module
+    return len(LONGEST), module
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: _work_unit(item.nodeid)[0])  # stable: a module's tests keep their order
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: a run without xdist (-p no:xdist) has no such hook
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
+    """--dist loadfile's scheduler, its units those of LONGEST, handed out in collection order."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LongestFirst(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _work_unit(nodeid)[1]
+
+    config.option.loadscopereorder = False  # xdist would put the units with most tests first
+    return LongestFirst(config, log)
+
 
 @pytest.fixture(scope="session")
 def spark():
@@ -67,7 +131,7 @@ def spark():
 def kafka(tmp_path_factory):
     """One Apache Kafka broker (KRaft, from the jars `replicator jars` fetched) on 127.0.0.1 for the run;
     tests make their own topics (tests/kafka_helpers.py). Stopped by its process group at the end."""
-    from replicator.broker import kafka_broker
+    from replicator.testing.broker import kafka_broker
     from tests.kafka_helpers import Kafka
 
     with kafka_broker(tmp_path_factory.mktemp("kafka")) as broker:

@@ -193,6 +193,15 @@ def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     )
 
 
+def run_here(spark, config: Path) -> None:  # type: ignore[no-untyped-def]
+    """The job file's job to the end (``--available-now``) in this process's session: a reference run,
+    where the process is not what is tested (a Spark start fewer than the ``replicator`` command)."""
+    from replicator.commands.runner import MirrorJob
+    from replicator.config import load_config
+
+    assert MirrorJob(load_config(config), spark).run(available_now=True) == 0
+
+
 def delta_table(path: Path | str, cdc: bool = False) -> pa.Table:
     """A Delta table's rows; ``cdc``: with the engine's ``_cdc_*`` columns."""
     from deltalake import DeltaTable

@@ -1,5 +1,6 @@
-"""The tests' Kafka: one real broker for the session (replicator.broker, conftest's ``kafka`` fixture), topics
-per test, and records produced as the capture tools produce them (their record keys and partitions)."""
+"""The tests' Kafka: one real broker for the session (replicator.testing.broker, conftest's
+``kafka`` fixture),
+topics per test, and records produced as the capture tools produce them (their record keys and partitions)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from replicator.broker import Broker
+from replicator.testing.broker import Broker
 
 _topics = itertools.count(1)
 # How the files source takes a fixture folder; the Kafka topic gets the same records in the same order.

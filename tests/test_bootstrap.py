@@ -261,6 +261,8 @@ def test_cli_bootstrap_and_status(tmp_path, writer):
     )
     assert done.returncode == 0, done.stderr
     assert "shop.orders: snapshot_done, 3 snapshot rows" in done.stdout
+    # stderr is a pipe here: no progress bar drawn into it (issue 53, item 12)
+    assert "bootstrap:" not in done.stderr and "\r" not in done.stderr, done.stderr[-2000:]
     status = cli("status", "--json", "--config", config)
     assert status.returncode == 0, status.stderr
     [table] = json.loads(status.stdout)["tables"]
@@ -272,3 +274,47 @@ def test_cli_bootstrap_and_status(tmp_path, writer):
     shown = cli("show", "--history", "--config", config)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith("== shop.orders history (3 versions, key id)"), shown.stdout
+
+
+def test_csv_decimals_are_never_guessed_as_doubles(tmp_path):
+    """A plain CSV snapshot gives no types: a fractional column is refused rather than stored as an
+    approximate double, naming the column and where to declare it; with tables.types it is exact."""
+    snapshot = tmp_path / "snap" / "shop" / "prices"
+    snapshot.mkdir(parents=True)
+    (snapshot / "a.csv").write_text("id,price\n1,10.10\n2,0.30\n", encoding="utf-8")
+    keys = {"keys": {"shop.prices": ["id"]}}
+    with pytest.raises(BootstrapError, match=r"\['price'\].*tables\.types"):
+        bootstrap(job(tmp_path, tables=keys), tmp_path / "snap", POSITION, progress=False)
+    assert not (tmp_path / "lake" / "shop" / "prices" / "_delta_log").exists()
+    config = job(tmp_path, tables={**keys, "types": {"shop.prices": {"price": "decimal(10,2)"}}})
+    bootstrap(config, tmp_path / "snap", POSITION, progress=False)
+    data = DeltaTable(str(tmp_path / "lake" / "shop" / "prices")).to_pyarrow_table()
+    assert data.schema.field("price").type == pa.decimal128(10, 2)
+    assert sorted(data["price"].to_pylist()) == [Decimal("0.30"), Decimal("10.10")]
+
+
+def test_history_after_a_bootstrap_starts_at_the_snapshot(spark, tmp_path):
+    """An UPDATE older than the snapshot's position, delivered after the bootstrap, is in the snapshot
+    already: it opens no history version (none that the mirror never held), the snapshot's version starts
+    at the snapshot's time (its files' time where none is given, never NULL), and the batch summary does not
+    count that event as applied."""
+    from tests.helpers import delta_table
+
+    config = job(tmp_path, tables={"keys": {"shop.orders": ["id"]}, "history": ["shop.orders"]})
+    snapshot = write_snapshot(tmp_path / "snap", [[1, 2]])
+    bootstrap(config, snapshot, POSITION, progress=False)
+    runner = Runner(spark, config)
+    summary = runner.messages(
+        tmp_path,
+        [
+            canal("UPDATE", [order(1, "old")], old=[{"name": "x"}], es=ES + 10),  # before the snapshot
+            canal("UPDATE", [order(2, "new")], old=[{"name": "snap2"}], es=ES + 60),  # after it
+        ],
+    )
+    assert names(runner) == {1: "snap1", 2: "new"}
+    assert (summary.events, summary.applied) == (2, 1)
+    assert summary.tables["shop.orders"]["before_horizon"] == 1
+    rows = delta_table(tmp_path / "lake" / "shop" / "orders__history", cdc=True).to_pylist()
+    versions = sorted((r["id"], r["name"], r["_cdc_current"], r["_cdc_valid_to"] is None) for r in rows)
+    assert versions == [(1, "snap1", True, True), (2, "new", True, True), (2, "snap2", False, False)]
+    assert all(r["_cdc_valid_from"] is not None for r in rows)

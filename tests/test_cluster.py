@@ -17,7 +17,7 @@ from tests.helpers import canal, delta_table, order, write_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 ES = 1_700_000_000_000
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]  # make test-cluster, not make test
 
 
 @pytest.fixture(scope="module")

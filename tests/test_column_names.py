@@ -390,3 +390,78 @@ def test_replay_gives_the_same_names(spark, tmp_path):
         {"id": 1, "v": "a", "V~1": "A", "~_cdc_op": "o"},
         {"id": 2, "v": "b", "V~1": "B", "~_cdc_op": None},
     ]
+
+
+def drs_pg(
+    op: str, data: list[dict[str, Any]] | None, old: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """A Huawei DRS message of a PostgreSQL source (the form of tests/fixtures/drs-json/constructed-pg-oracle
+    .jsonl, from DRS «Kafka消息格式»'s field tables): a table with the columns ``"Name"`` and ``name``,
+    which PostgreSQL keeps apart when quoted."""
+    es = next(_es)
+    return {
+        "columnType": {"id": "integer", "Name": "text", "name": "text"},
+        "dbType": "PostgreSQL",
+        "schema": "public",
+        "opType": op,
+        "id": es,
+        "es": es,
+        "ts": es + 5,
+        "database": "shop",
+        "table": "people",
+        "type": op,
+        "isDdl": False,
+        "sql": "",
+        "sqlType": {"id": 4, "Name": 25, "name": 25},
+        "data": data,
+        "old": old,
+        "pkNames": ["id"],
+    }
+
+
+def test_drs_for_postgresql_columns_that_differ_only_by_case(spark, tmp_path):
+    """Debezium refuses a PostgreSQL table whose columns differ only by case; DRS for PostgreSQL sends it:
+    ``"Name"`` and ``name`` are both kept in the mirror (the second as ``name~1``, its source name recorded)
+    with their own values through inserts, an update of each and a delete (issue 51 item 5)."""
+    source = {"type": "files", "path": "landing", "dialect": "drs-json"}
+    runner = make(spark, tmp_path, source=source)
+    runner.messages(
+        tmp_path,
+        [
+            drs_pg("INSERT", [{"id": "1", "Name": "Upper", "name": "lower"}]),
+            drs_pg("INSERT", [{"id": "2", "Name": None, "name": "only lower"}]),
+            drs_pg("INSERT", [{"id": "3", "Name": "gone", "name": "gone"}]),
+        ],
+    )
+    runner = restart(runner)
+    runner.messages(
+        tmp_path,
+        [
+            drs_pg(
+                "UPDATE",
+                [{"id": "1", "Name": "Upper2", "name": "lower"}],
+                [{"id": "1", "Name": "Upper", "name": "lower"}],
+            ),
+            drs_pg(
+                "UPDATE",
+                [{"id": "2", "Name": None, "name": "lower2"}],
+                [{"id": "2", "Name": None, "name": "only lower"}],
+            ),
+            drs_pg("DELETE", None, [{"id": "3", "Name": "gone", "name": "gone"}]),
+        ],
+    )
+    path = Path(runner.config.target.path) / "shop" / "public" / "people"
+    mirror = pa.schema(DeltaTable(str(path)).schema().to_arrow())
+    assert [f.name for f in mirror][:3] == ["id", "Name", "name~1"]
+    assert renamed_columns(mirror) == ["name -> name~1"]
+    names = {f.name: source_name(f) for f in mirror}
+    rows = sorted(
+        ({names[k]: v for k, v in r.items() if not k.startswith("_cdc_")} for r in delta_rows(path)),
+        key=lambda r: r["id"],
+    )
+    assert rows == [{"id": 1, "Name": "Upper2", "name": "lower"}, {"id": 2, "Name": None, "name": "lower2"}]
+    assert runner.dead_letters() == []
+
+
+def delta_rows(path: Path) -> list[dict[str, Any]]:
+    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()

@@ -41,7 +41,7 @@ def test_minimum_job_file_and_relative_paths(tmp_path):
     [
         (
             GOOD.replace("dialect: canal-json", "dialect: nope"),
-            "source.dialect: Value error, unknown dialect 'nope'",
+            "source.dialect: Value error, unknown dialect; expected one of auto, ",
         ),
         (
             GOOD.replace("  path: lakehouse\n", "  writer: delta-rs\n"),

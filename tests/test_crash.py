@@ -383,7 +383,10 @@ def assert_accounted(
     assert sum(b["records_in"] for b in batches) == records
     assert sum(b["events"] for b in batches) == events
     for b in batches:
-        assert b["applied"] + b["filtered"] + b["dead_letters"] == b["events"], b
+        # Events at or before a table's horizon: a restarted batch whose DROP or RENAME took effect before
+        # the crash holds them back, and its summary counts them so, not as applied by the run.
+        held_back = sum(t.get("before_horizon", 0) for t in (b.get("tables") or {}).values())
+        assert b["applied"] + held_back + b["filtered"] + b["dead_letters"] == b["events"], b
         assert b["dead_letters"] == 0 and b["filtered"] == 0, b
     assert report["dead_letters"] == 0
     changelog = DeltaTable(str(root / "state" / "changelog")).to_pyarrow_table(columns=["batch_id"])
@@ -490,7 +493,8 @@ def test_crash_inside_a_rename(tmp_path):
     config = write_job(tmp_path, files)
     crash_at(config, "renamed@1")
     assert (tmp_path / "lake" / "shop" / "clients").exists()
-    assert not committed(tmp_path, "orders", 1)  # the rest of batch 1 had not run
+    # (orders, another table of batch 1, may have committed on its own apply thread before the crash, or not:
+    # the restart completes the batch either way)
     finish(config)
     assert not (tmp_path / "lake" / "shop" / "customers").exists()
     problems = differences(tmp_path, model)

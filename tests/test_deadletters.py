@@ -246,3 +246,37 @@ def test_retry_property_the_mirror_ends_as_the_source(tmp_path_factory, ops, spl
     rows = delta_table(mirror).to_pylist() if mirror.exists() else []
     assert {r["id"]: r["name"] for r in rows} == reference
     assert retry(keyed).batch_id is None
+
+
+def test_a_discarded_dead_letter_is_never_re_driven_and_an_old_id_is_refused(spark, tmp_path):
+    """Issue 53, item 6: `retry` (plain and --table) skips discarded dead letters; a discard is final.
+    Item 5: `discard --id` of a dead letter a retry re-drove (its id is gone from the pending list) says
+    so and exits non-zero."""
+    from replicator.commands.deadletters import dead_letter_id, discard, pending, read_discards
+
+    sent = [debezium("c", item(i, f"v{i}"), pos=i) for i in (1, 2, 3)]
+    Runner(spark, config(tmp_path, keys=False)).messages(tmp_path, sent)
+    keyed = config(tmp_path, keys=True)
+    state = _state(keyed)
+    letters = {json.loads(r["raw_text"])["after"]["id"]: dead_letter_id(r) for r in pending(state)}
+    assert discard(keyed, "never valid", ids=[letters[2]]) == 1
+
+    by_table = retry(keyed, table="shop.*")
+    assert (by_table.selected, by_table.applied) == (2, 2)
+    assert retry(keyed).batch_id is None  # plain retry: nothing pending, the discarded one included
+    assert dict(mirror_frame(spark, tmp_path).collect()) == {"1": "v1", "3": "v3"}
+    retried = {i for i, by in read_marks(state).items()}
+    assert not retried & read_discards(state), "a discarded dead letter was re-driven"
+    assert summarize(keyed)["pending"] == 0 and summarize(keyed)["discarded"] == 1
+
+    path = str(
+        job_file(tmp_path, "tables: {keys: {shop.items: [id]}}\n", name="test-job", dialect="debezium")
+    )
+    old = cli("dead-letters", "discard", "--config", path, "--id", letters[1], "--reason", "late")
+    assert old.returncode == 2, (old.returncode, old.stdout, old.stderr)
+    assert f"{letters[1]}: re-driven by retry batch {RETRY_BATCH_BASE + 1}" in old.stderr, old.stderr
+    twice = cli("dead-letters", "discard", "--config", path, "--id", letters[2], "--reason", "again")
+    assert twice.returncode == 2 and f"{letters[2]}: discarded already" in twice.stderr, twice.stderr
+    unknown = cli("dead-letters", "discard", "--config", path, "--id", "0123456789ab", "--reason", "x")
+    assert unknown.returncode == 2 and "no dead letter has this id" in unknown.stderr, unknown.stderr
+    assert len(read_discards(state)) == 1

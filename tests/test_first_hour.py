@@ -39,6 +39,20 @@ def test_a_run_that_dead_letters_every_record_of_a_new_table_says_so_and_exits_4
     assert "dead_tables: warn" in err
 
 
+def test_a_wrong_dialect_exits_4_naming_the_dialect_the_records_look_like(in_process, tmp_path, capsys):
+    """Issue 53, item 4: canal-json files read as debezium: no record has a table, every one a dead letter."""
+    write_jsonl(tmp_path / "landing" / "a.jsonl", [canal("INSERT", [order(i)], es=ES + i) for i in range(3)])
+    config = helpers.job_file(tmp_path, name="first-hour", trigger=None, dialect="debezium")
+    code = in_process(["mirror", "--config", str(config), "--available-now"])
+    out, err = capsys.readouterr()
+    assert code == 4, (out, err)
+    assert "3 records in 1 batch: 0 applied, 0 filtered, 3 dead letters" in out
+    assert (
+        "replicator: no record of this run could be decoded (3 dead letters): the records look like "
+        "canal-json, not debezium: set source.dialect: canal-json; exit code 4" in err
+    ), err
+
+
 def test_dead_tables_warn_exits_0_with_the_same_summary(in_process, tmp_path, capsys):
     write_jsonl(tmp_path / "landing" / "a.jsonl", [unkeyed(1)])
     code = in_process(
@@ -199,7 +213,10 @@ def test_dead_letters_show_the_debezium_row_and_where_it_came_from_and_discard_s
     assert summarize(config)["discarded"] == 1
     marks = state.table("dead_letter_discards").read().to_pylist()
     assert marks[0]["reason"] == "a half-written line" and "@" in marks[0]["discarded_by"]
-    assert discard(config, "again", ids=[broken["example_id"]]) == 0  # no longer pending
+    from replicator.config import ConfigError
+
+    with pytest.raises(ConfigError, match="discarded already"):  # no longer pending
+        discard(config, "again", ids=[broken["example_id"]])
 
 
 def test_a_running_job_can_be_scraped_for_its_metrics(spark, tmp_path):
@@ -207,8 +224,8 @@ def test_a_running_job_can_be_scraped_for_its_metrics(spark, tmp_path):
     import threading
     import urllib.request
 
-    from replicator.broker import free_port
     from replicator.commands.runner import MirrorJob
+    from replicator.testing.broker import free_port
     from tests.helpers import job
 
     port = free_port()

@@ -249,16 +249,20 @@ def test_replay_rebuilds_the_history_as_of_a_time(spark, tmp_path):
 
 
 def test_bootstrap_from_table_files_opens_the_first_versions(spark, tmp_path):
-    """Snapshot rows open a version each (``_cdc_op = snapshot``, from the snapshot's time: NULL when the
-    snapshot names none); the mirror's events after the position go on from there."""
+    """Snapshot rows open a version each (``_cdc_op = snapshot``, from the snapshot's time: its files' time
+    when the snapshot names none, never NULL); the mirror's events after the position go on from there."""
+    import os
+
     from replicator.commands.bootstrap import bootstrap
     from tests.test_bootstrap import POSITION, write_snapshot
 
     config = job(tmp_path, tables={"keys": {"shop.orders": ["id"]}, "history": ["shop.*"]})
     snapshot = write_snapshot(tmp_path / "snap", [[1, 2], [3]])
+    es = int(POSITION)
+    for f in (snapshot / "shop" / "orders").iterdir():  # the export wrote them at the snapshot's time
+        os.utime(f, (es / 1000, es / 1000))
     bootstrap(config, snapshot, POSITION, progress=False)
     runner = Runner(spark, config)
-    es = int(POSITION)
     runner.messages(
         tmp_path,
         [
@@ -267,10 +271,10 @@ def test_bootstrap_from_table_files_opens_the_first_versions(spark, tmp_path):
         ],
     )
     assert brief(history(runner), "name") == [
-        (1, "snap1", None, at(es + 1), False, "snapshot"),
+        (1, "snap1", at(es), at(es + 1), False, "snapshot"),
         (1, "new", at(es + 1), None, True, "update"),
-        (2, "snap2", None, None, True, "snapshot"),
-        (3, "snap3", None, at(es + 10), False, "snapshot"),
+        (2, "snap2", at(es), None, True, "snapshot"),
+        (3, "snap3", at(es), at(es + 10), False, "snapshot"),
     ]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import delta_table
+from tests.helpers import delta_table, run_here
 from tests.test_crash import TABLES, finish, mirror_rows, txns, workload, write_job
 from tests.test_crash import crash_at as crash
 
@@ -57,7 +57,7 @@ def history_rows(root: Path, table: str) -> list[dict]:
 
 @pytest.mark.timeout(1200)  # a dozen crashed and restarted jobs, each a Spark start
 @pytest.mark.slow
-def test_history_survives_kills_around_its_commit(tmp_path):
+def test_history_survives_kills_around_its_commit(spark, tmp_path):
     crashed, clean = tmp_path / "crashed", tmp_path / "clean"
     files, _model = workload(seed=0)  # once: the messages' ids are drawn from a counter
     config = history_job(crashed, files)
@@ -66,7 +66,7 @@ def test_history_survives_kills_around_its_commit(tmp_path):
     assert not any(txns(crashed / "lake" / "shop" / f"{t}__history") for t in TABLES)
     crash_at(config, "markers@1")
     finish(config)
-    finish(history_job(clean, files))
+    run_here(spark, history_job(clean, files))  # the uninterrupted reference, in this process's session
     for table in TABLES:
         rows = history_rows(crashed, table)
         assert rows == history_rows(clean, table), table

@@ -38,6 +38,7 @@ def test_archive_path_is_keyed_and_can_be_moved_or_turned_off(
 
 
 @pytest.mark.slow
+@pytest.mark.cluster  # `replicator jvm-archive` runs its sample on a standalone cluster: make test-cluster
 def test_written_archive_maps_with_sparks_class_path(spark, tmp_path: Path) -> None:
     target = tmp_path / "driver.jsa"
     done = subprocess.run(
@@ -47,7 +48,9 @@ def test_written_archive_maps_with_sparks_class_path(spark, tmp_path: Path) -> N
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == str(target)
+    assert done.stdout.splitlines()[0] == str(target)
+    # and spark-submit's properties file beside it, which maps it (docs/how-to/cluster.md)
+    assert f"-XX:SharedArchiveFile={target}" in (tmp_path / "spark-submit.conf").read_text()
     assert target.stat().st_size > 10_000_000  # thousands of Spark's classes, not an empty shell
     assert not list(tmp_path.glob(".*.tmp"))  # moved into place whole
     class_path = spark.sparkContext._jvm.System.getProperty("java.class.path")

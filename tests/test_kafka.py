@@ -251,7 +251,7 @@ def test_partitions_added_and_a_new_topic_of_the_pattern_are_read_while_the_job_
 def test_the_broker_stopped_and_restarted_the_job_resumes_without_loss(spark, tmp_path):
     import time
 
-    from replicator.broker import kafka_broker
+    from replicator.testing.broker import kafka_broker
     from tests.kafka_helpers import Kafka
 
     folder = tmp_path / "broker"

@@ -65,13 +65,14 @@ INSIDE = {
         "documents",
         "declared_types",
         "tombstones",
+        "row_types",
         "table",
         "barriers",
         "schema",
         "phases",
         "history",
     ),
-    "fold": ("arrow",),
+    "fold": ("unavailable", "arrow"),
 }
 
 

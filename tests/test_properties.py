@@ -138,6 +138,22 @@ def test_mirror_equals_model(spark, tmp_path_factory, group, data):
     check(spark, tmp_path_factory.mktemp("prop"), encoders, statements, plan)
 
 
+@pytest.mark.parametrize("group", ["canal-json", "debezium"])
+@settings(max_examples=SPARK_EXAMPLES)
+@given(data=st.data())
+def test_mirror_equals_model_with_batches_rewritten_in_arrow(spark, tmp_path_factory, group, data):
+    """Every batch by the rewrite a large batch gets (DeltaRsWriter.rewrite_share: uniform changes into a
+    full mirror), not by delta-rs's MERGE: the same mirror as the model."""
+    from replicator.sinks.delta_rs import DeltaRsWriter
+
+    encoders = GROUPS[group]
+    statements, plan = data.draw(cases(encoders))
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in (("small_rows", 0), ("large_rows", 1), ("rewrite_share", 1e-9)):
+            patch.setattr(DeltaRsWriter, name, value)
+        check(spark, tmp_path_factory.mktemp("prop"), encoders, statements, plan)
+
+
 @pytest.mark.parametrize("group", sorted(g for g, encoders in GROUPS.items() if encoders[0].ddl))
 def test_schema_changes_mirror_equals_model(spark, tmp_path, group):
     """The fixed DDL workload, so that CI covers every schema change whatever hypothesis draws."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 
 def test_workers_start_with_the_files_folder_on_their_path(spark):
     """A new Python worker finds Spark's files folder already on its path (from the daemon's
@@ -179,3 +181,47 @@ def test_session_defaults_leave_what_spark_submit_set(spark):
     assert _unset(SESSION_DEFAULTS) == {}  # the launch's own settings count as given
     # the master the launch was given (the fixture's), not one a default put in its place
     assert spark.sparkContext.getConf().get("spark.master") == os.environ["REPLICATOR_SPARK_MASTER"]
+
+
+@pytest.mark.slow
+@pytest.mark.cluster  # a spark-submit launch of its own (minutes on 2 busy cores): make test-cluster
+def test_spark_submit_runs_the_job_without_sparks_info_lines(tmp_path):
+    """``spark-submit jobs/mirror.py`` as docs/how-to/cluster.md shows it (the venv's bin on PATH): the job
+    turns Spark's console logging down to warnings once its session exists, so no line per task."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import canal, order, write_jsonl
+
+    repo = Path(__file__).resolve().parent.parent
+    write_jsonl(tmp_path / "landing" / "a.jsonl", [canal("INSERT", [order(1, "a")], es=1_700_000_000_000)])
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "name: submitted\nsource: {type: files, path: landing, dialect: canal-json}\n"
+        "target: {path: lake}\nstate: {path: state}\n",
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_", "REPLICATOR_"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    done = subprocess.run(
+        [
+            "spark-submit",
+            "--master",
+            "local[1]",
+            str(repo / "jobs" / "mirror.py"),
+            "--config",
+            str(job),
+            "--available-now",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "lake" / "shop" / "orders" / "_delta_log").is_dir()
+    assert "INFO DAGScheduler" not in done.stderr and "INFO TaskSetManager" not in done.stderr, done.stderr[
+        -3000:
+    ]

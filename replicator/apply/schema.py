@@ -24,7 +24,8 @@ import pyarrow.compute as pc
 
 from replicator import ddl, defaults, paths
 from replicator.apply.barriers import resolve_ref
-from replicator.apply.table import CDC_FIELDS, HORIZON, DeadRow, Fill, fill_text, is_untyped, renamed_text
+from replicator.apply.row_types import is_untyped, lossless
+from replicator.apply.table import CDC_FIELDS, HORIZON, DeadRow, Fill, fill_text, renamed_text
 from replicator.columns import ColumnMap, by_source, source_name, with_source
 from replicator.config import JobConfig, SchemaPolicy
 from replicator.errors import SchemaChangeFailed
@@ -115,28 +116,9 @@ def data_fields(schema: pa.Schema) -> dict[str, pa.Field]:
 def arrow_field(column: ddl.Column, key: Iterable[str] = (), names: ColumnMap | None = None) -> pa.Field:
     """A declared source column as a mirror field, named by ``names`` (given a name there if new)."""
     name = names.assign(column.name) if names is not None else column.name
-    field = pa.field(name, column_type(column.type).arrow, nullable=column.name not in set(key))
+    ctype = column_type(column.type)
+    field = pa.field(name, ctype.arrow, nullable=column.name not in set(key), metadata=ctype.metadata)
     return with_source(field, column.name)
-
-
-def lossless(old: pa.DataType, new: pa.DataType) -> bool:
-    """Whether every value of ``old`` is exactly a value of ``new`` (int -> bigint, decimal(10,2) ->
-    decimal(12,2), int -> decimal(p,0) wide enough, float -> double; varchar -> text is string -> string)."""
-    if old == new:
-        return True
-    ints = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
-    digits = {pa.int8(): 3, pa.int16(): 5, pa.int32(): 10, pa.int64(): 19}
-    if old in ints and new in ints:
-        return ints.index(new) >= ints.index(old)
-    if old in ints and pa.types.is_decimal(new):
-        return new.precision - new.scale >= digits[old]
-    if old in (pa.int8(), pa.int16(), pa.int32()) and new == pa.float64():
-        return True
-    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
-        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
-    if pa.types.is_floating(old) and pa.types.is_floating(new):
-        return new.bit_width >= old.bit_width
-    return False
 
 
 def create_mirror(ctx: Context, columns: Iterable[ddl.Column], key: tuple[str, ...]) -> tuple[str, ...]:
@@ -298,6 +280,12 @@ def _(change: ddl.CreateTable, ctx: Context) -> None:
 @apply_change.register
 def _(change: ddl.DeclareSchema, ctx: Context) -> None:
     if not ctx.applier.mirror.exists():
+        if ctx.applier.table_state.dropped:
+            # A name renamed (or dropped) away: a declared schema names what the table is, not that it
+            # exists. Debezium's RENAME carries the new name's tableChanges; read for the old name it
+            # would bring the old name back as an empty mirror.
+            log.info("declared schema of a dropped table: no mirror created", table=table_label(ctx.table))
+            return
         if change.columns:
             key = create_mirror(
                 ctx, change.columns, change.primary_key or ctx.applier.table_state.primary_key

@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replicator import payload
-from replicator.apply import documents
+from replicator.apply import documents, row_types
 from replicator.columns import ColumnMap, source_name, with_source
-from replicator.fold import mirror_files
+from replicator.fold import mirror_files, unavailable
 from replicator.fold.arrow import delivered_after, rows_system, seq_system
 from replicator.logging import get_logger
 from replicator.model import (
@@ -68,12 +68,8 @@ def _position(seq: str | None) -> tuple[int, ...]:
     return parts[:-DELIVERY_PARTS] if len(parts) > DELIVERY_PARTS else parts
 
 
+IMAGE = pa.map_(pa.string(), pa.string())
 UNTYPED = {"replicator.untyped": "true"}  # field metadata of a column typed string for lack of a type
-
-
-def is_untyped(column: pa.Field) -> bool:
-    metadata = column.metadata or {}
-    return metadata.get(b"replicator.untyped") == b"true" and pa.types.is_string(column.type)
 
 
 @dataclass
@@ -149,6 +145,30 @@ def fill_text(recorded: str | None, fill: Fill) -> str:
     return json.dumps([*kept, entry])
 
 
+def first_row_defaults(part: pa.Table, columns: Sequence[str]) -> dict[str, dict[str, str]]:
+    """The row-schema defaults of ``columns`` (dialects.row_defaults, in the rows' ``meta``) as declared
+    by the oldest row declaring each: its seq -> {column: default text}."""
+    import json
+
+    from replicator.dialects.row_defaults import META
+
+    texts = pc.map_lookup(part["meta"], META, "first")
+    found = pc.is_valid(texts)
+    if not columns or not pc.any(found).as_py():
+        return {}
+    declared = pa.table({"text": texts, "seq": part["seq_text"]}).filter(found)
+    firsts = declared.group_by("text").aggregate([("seq", "min")]).sort_by("seq_min")
+    first: dict[str, tuple[str, str]] = {}
+    for text, seq in zip(firsts["text"].to_pylist(), firsts["seq_min"].to_pylist(), strict=True):
+        for name, value in json.loads(text).items():
+            if name in columns and name not in first:
+                first[name] = (seq, value)
+    out: dict[str, dict[str, str]] = {}
+    for name, (seq, value) in first.items():
+        out.setdefault(seq, {})[name] = value
+    return out
+
+
 def recorded_fills(recorded: str | None) -> list[Fill]:
     import base64
     import json
@@ -179,6 +199,10 @@ class TableResult:
     ignored_values: int = 0  # values of columns unknown to the mirror, dropped (schema_evolution: ignore)
     partial_documents: int = 0  # documents written from patches without their full image (drs-mongo)
     partial_history_versions: int = 0  # history versions written from such patches (apply.history)
+    # rows at or before the table's truncate point (a bootstrap's position, a TRUNCATE): not applied
+    before_horizon: int = 0
+    partial_updates: int = 0  # rows whose update did not carry every column (unchanged TOAST): kept
+    unavailable_lost: int = 0  # such values of rows the mirror did not hold: NULL
     # ADD COLUMN defaults given to the rows already there (replicator.apply.schema.fill_default): notes for
     # the batch summary, and the fills the history's current versions take too
     defaults: list[dict[str, Any]] = field(default_factory=list)
@@ -277,12 +301,14 @@ class TableApplier:
                 )
             # A string column only because no message declared a type (CKafka format one): marked, so that a
             # later CREATE / ALTER declaring its type retypes it (apply.schema.change_type).
-            untyped = UNTYPED if name not in self.work.types else None
-            column = pa.field(names.assign(name), ctype.arrow, nullable=name not in key, metadata=untyped)
+            metadata = UNTYPED if name not in self.work.types else ctype.metadata
+            column = pa.field(names.assign(name), ctype.arrow, nullable=name not in key, metadata=metadata)
             fields.append(with_source(column, name))
         if not exists:
             self.mirror.create(pa.schema([*fields, *CDC_FIELDS]))
+            self.fill_row_defaults([source_name(f) for f in fields], part, created=True)
             return
+        self.widen(present, part)
         missing = fields
         if not missing:
             return
@@ -303,6 +329,73 @@ class TableApplier:
                 "  [schema_evolution: fail]"
             )
         self.mirror.add_columns(missing)
+        self.fill_row_defaults([source_name(f) for f in missing], part)
+
+    def fill_row_defaults(self, added: list[str], part: pa.Table | None, *, created: bool = False) -> None:
+        """Columns new to the mirror because rows carry them (no DDL: Debezium PostgreSQL) whose row schema
+        declares a constant default (dialects.row_defaults): the rows older than the first row declaring it
+        take it, as the database's rows did at the ADD COLUMN. Those the mirror holds are set now; those of
+        this batch (a late start: the older image and the first row with the column in one batch) and older
+        ones arriving later through the recorded fill (older_defaults, as a DDL's default), the history's
+        current versions through ``result.fills``. Newer rows carry their own values. Not when an older row
+        of the batch carries the column already: its default came later (SET DEFAULT), which changes no
+        row."""
+        if part is None or not part.num_rows or "meta" not in part.column_names or not added:
+            return
+        fields = {source_name(f): f for f in self.mirror.schema()}
+        firsts = first_row_defaults(part, [n for n in added if n in fields])
+        for before, declared in sorted(firsts.items()):
+            older = part.filter(pc.less(part["seq_text"], pa.scalar(before)))
+            carried = (
+                set(pc.unique(images(older).combine_chunks().keys).to_pylist()) if older.num_rows else set()
+            )
+            wanted = [fields[n] for n in declared if n not in carried]
+            if not wanted or (created and not older.num_rows):
+                continue
+            image = pa.array([[(source_name(f), declared[source_name(f)]) for f in wanted]], IMAGE)
+            typed, bad = type_images(image, wanted, timezone=self.timezone, zero_dates=self.zero_dates)
+            if bad:  # a default that does not fit its column: the rows keep NULL, noted
+                log.warning(
+                    "row-schema default not applied", table=table_label(self.work.table), error=bad[0]
+                )
+                continue
+            values = pa.Table.from_arrays(typed, schema=pa.schema(wanted))
+            rows = 0 if created else self.mirror.fill(values, CDC_SEQ, before)
+            fill = Fill(values, before)
+            self.result.fills.append(fill)
+            self.table_state = replace(self.table_state, fills=fill_text(self.table_state.fills, fill))
+            rows += int(
+                pc.sum(pc.not_equal(older["op"], "delete")).as_py() or 0
+            )  # (the batch's, typed later)
+            for f in wanted:
+                note = {"column": source_name(f), "default": declared[source_name(f)], "at": before}
+                self.result.defaults.append({**note, "rows_filled": rows})
+
+    def widen(self, present: set[str], part: pa.Table | None) -> None:
+        """Columns whose rows declare a wider type without a DDL (apply.row_types): widened, as the job's
+        schema_evolution policy says for a type change. Not for rows the fold tasks typed already against
+        the old schema (a batch of more than TYPED_ON_EXECUTORS events: the next batch widens)."""
+        if (
+            self.policy == "ignore"
+            or not self.add_columns
+            or (part is not None and TYPED in part.column_names)
+        ):
+            return
+        wider = row_types.widened(self.mirror.schema(), self.work.types, present)
+        if not wider:
+            return
+        name = table_label(self.work.table)
+        if self.policy == "fail":
+            from replicator.errors import SchemaChangeFailed
+
+            raise SchemaChangeFailed(
+                f"columns {sorted(wider)} of {name} widened by their rows without a DDL"
+                "  [schema_evolution: fail]"
+            )
+        self.mirror.overwrite(row_types.cast(self.mirror.read(), wider))
+        log.info(
+            "columns widened by their rows' types", table=name, columns={k: str(v) for k, v in wider.items()}
+        )
 
     # ---- typing -------------------------------------------------------------------------------------------
     def typed(self, rows: pa.Table) -> tuple[pa.Table, list[DeadRow]]:
@@ -356,11 +449,35 @@ class TableApplier:
             [columns[f.name] for f in schema],
             schema=pa.schema([f.with_type(columns[f.name].type) for f in schema]),
         )
+        table = self.keep_unavailable(rows, table)
         dead = [self._dead(rows, i, msg) for i, msg in sorted(bad.items())]
         if bad:
             keep = pa.array([i not in bad for i in range(rows.num_rows)])
             table = table.filter(keep)
         return table, dead
+
+    def keep_unavailable(self, rows: pa.Table, table: pa.Table) -> pa.Table:
+        """Columns an update did not carry (PostgreSQL's unchanged TOASTed values, fold.unavailable) keep
+        the value the mirror stores for the row: a partial update. Counted; a row the mirror does not have
+        leaves them NULL, counted apart and logged."""
+        if not self.mirror.exists():
+            return table
+        table, partial, unresolved = unavailable.fill_from_mirror(
+            rows,
+            table,
+            self.table_state.primary_key,
+            lambda n: self.mirror_names([n])[0],
+            self.mirror.read_keys,
+        )
+        self.result.partial_updates += partial
+        self.result.unavailable_lost += unresolved
+        if unresolved:
+            log.warning(
+                "values the source did not send (unchanged TOAST) for rows the mirror does not hold: NULL",
+                table=table_label(self.work.table),
+                values=unresolved,
+            )
+        return table
 
     def older_names(self, part: pa.Table) -> pa.Table:
         """Rows older than a column rename, arriving after it was applied (a later batch, another topic),
@@ -587,6 +704,12 @@ class TableApplier:
 
     # ---- the table's batch --------------------------------------------------------------------------------
     def run(self) -> TableResult:
+        if self.work.barriers:  # (a DDL between segments may drop, rename or alter the mirror)
+            return self._run()
+        with self.mirror.held():
+            return self._run()
+
+    def _run(self) -> TableResult:
         txn = self.state.txn(self.batch_id)
         if self.mirror.exists():
             done = self.mirror.applied_version(txn.app_id)
@@ -751,7 +874,9 @@ class TableApplier:
         if horizon and part.num_rows:
             # At or before the table's horizon (a truncate, a drop, a rename away): applied already or gone.
             # Decided before anything is created, so a renamed-away name does not come back empty.
+            rows = part.num_rows
             part = part.filter(pc.greater(part["seq_text"], pa.scalar(horizon)))
+            self.result.before_horizon += rows - part.num_rows
             if part.num_rows == 0:
                 return None
         part, dead = self.resolve_documents(part)

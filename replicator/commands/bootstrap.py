@@ -166,7 +166,7 @@ def read_manifest(config: JobConfig, path: Path, position: str | None) -> list[T
                 files,
                 _key(config, f"{database}.{table}", entry.key),
                 entry.format or files[0].suffix[1:],
-                dict(entry.types),
+                {**config.tables.types_for(f"{database}.{table}"), **entry.types},
                 entry.position or manifest.position or position,
                 entry.event_time or manifest.event_time,
             )
@@ -182,7 +182,10 @@ def scan_folder(config: JobConfig, root: Path, position: str | None) -> list[Tab
         if files:
             database, table = folder.parent.name, folder.name
             key = _key(config, f"{database}.{table}", None)
-            result.append(TableSnapshot(database, table, files, key, files[0].suffix[1:], position=position))
+            types = dict(config.tables.types_for(f"{database}.{table}"))
+            result.append(
+                TableSnapshot(database, table, files, key, files[0].suffix[1:], types, position=position)
+            )
     return result
 
 
@@ -194,14 +197,16 @@ def read_table_file(snapshot: TableSnapshot, path: Path) -> pa.Table:
     import pyarrow.csv as pcsv
 
     if not snapshot.types:
-        return pcsv.read_csv(path)
-    # Declared source types: the CSV holds canonical value text, parsed like event values.
+        return _no_guessed_floats(pcsv.read_csv(path), snapshot, path)
+    # Declared source types (the manifest's, else tables.types): the CSV holds canonical value text, parsed
+    # like event values.
     text = pcsv.read_csv(
         path,
         convert_options=pcsv.ConvertOptions(
             column_types=dict.fromkeys(snapshot.types, pa.string()), strings_can_be_null=True
         ),
     )
+    _no_guessed_floats(text, snapshot, path)
     columns = {}
     for name in text.column_names:
         target = column_type(snapshot.types.get(name)).arrow
@@ -210,6 +215,21 @@ def read_table_file(snapshot: TableSnapshot, path: Path) -> pa.Table:
             raise BootstrapError(f"{path}: line {errors[0].row + 2}, column {name!r}: {errors[0].message}")
         columns[name] = typed
     return pa.table(columns)
+
+
+def _no_guessed_floats(data: pa.Table, snapshot: TableSnapshot, path: Path) -> pa.Table:
+    """A CSV column of no declared type that reads as numbers with a fraction would become an approximate
+    double: often a DECIMAL column (money), which later events declare exactly. Refused: the type is asked
+    for rather than guessed."""
+    guessed = [f.name for f in data.schema if pa.types.is_floating(f.type) and f.name not in snapshot.types]
+    if guessed:
+        raise BootstrapError(
+            f"{path}: columns {guessed} hold fractional numbers and have no declared type: a CSV gives none, "
+            f"and read as approximate doubles a DECIMAL would lose digits. Declare them (e.g. "
+            f"'decimal(10,2)' or 'double') in tables.types of the job file for {snapshot.name}, or in the "
+            "manifest's 'types'"
+        )
+    return data
 
 
 def with_cdc(data: pa.Table, snapshot: TableSnapshot, seq: str) -> pa.Table:
@@ -245,6 +265,15 @@ def _mirror_schema(data: pa.Table, key: list[str]) -> pa.Schema:
     return pa.schema([*fields, *CDC_FIELDS])
 
 
+def files_time(files: list[Path]) -> str:
+    """The time a snapshot was taken, where none is given (manifest ``event_time``): its oldest file's
+    modification time (written by the export), so the history's first versions start then, never at NULL."""
+    import datetime as dt
+
+    oldest = min(f.stat().st_mtime for f in files)
+    return dt.datetime.fromtimestamp(oldest, dt.UTC).isoformat()
+
+
 def load_table(
     state: State, config: JobConfig, snapshot: TableSnapshot, restart: bool, bar: Any
 ) -> TableState:
@@ -256,6 +285,8 @@ def load_table(
             f"{snapshot.name}: a snapshot of table files needs --position (or 'position' in "
             "the manifest): the source position the snapshot was taken at"
         )
+    if not snapshot.event_time:
+        snapshot = replace(snapshot, event_time=files_time(snapshot.files))
     table_id = (snapshot.database, None, snapshot.table)
     # The job's table properties (change data feed, deletion vectors), as the engine creates a mirror with.
     properties = config.target.mirror_properties()
@@ -316,10 +347,11 @@ def load_table(
             ),
         )
         if config.tables.history_for(snapshot.name):  # the first version of each row (docs/history.md)
-            from replicator.apply.history import seed_snapshot
+            from replicator.apply.history import markers_root, seed_snapshot
             from replicator.sinks.base import Txn
 
-            seed_snapshot(state.writer, mirror, data, Txn(app, index))
+            truncates = state.writer(markers_root(state, table_id) / "truncates")
+            seed_snapshot(state.writer, mirror, data, Txn(app, index), truncates)
         table_state = replace(
             table_state, phase=SNAPSHOT_LOADING, snapshot_rows=table_state.snapshot_rows + data.num_rows
         )
@@ -392,6 +424,10 @@ def bootstrap(
     """Load ``snapshot`` (a folder or a manifest file); returns the loaded tables' states."""
     from tqdm import tqdm
 
+    from replicator.commands.progress import is_terminal
+
+    bar_shown = progress and is_terminal()  # a bar's redraws are noise in a file or a pipe
+
     root = Path(snapshot)
     if not root.exists():
         raise BootstrapError(f"--snapshot {root}: no such file or folder")
@@ -413,7 +449,7 @@ def bootstrap(
 
         writer_session(config)  # a delta-spark job's mirrors (and history tables) are made through Spark
         total = sum(len(t.files) for t in tables)
-        with tqdm(total=total, unit="file", desc="bootstrap", disable=not progress) as bar:
+        with tqdm(total=total, unit="file", desc="bootstrap", disable=not bar_shown) as bar:
             return [load_table(state, config, t, restart, bar) for t in tables]
     files = message_files(root)
     if not files:
@@ -426,7 +462,7 @@ def bootstrap(
             "--restart replaces mirrors loaded from table files; a message snapshot resumes "
             "where it stopped when run again (delete the mirrors and state to start over)"
         )
-    with tqdm(total=len(files), unit="file", desc="bootstrap", disable=not progress) as bar:
+    with tqdm(total=len(files), unit="file", desc="bootstrap", disable=not bar_shown) as bar:
         return load_messages(config, files, position, files_per_batch, bar)
 
 

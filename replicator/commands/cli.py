@@ -27,17 +27,33 @@ if TYPE_CHECKING:
 
 
 def _mirror(args: argparse.Namespace) -> int:
-    import gc
-    import threading
-
-    from replicator.spark import get_spark
-
     config = load_config(args.config)  # fails before Spark starts
     config.require_source()
     _hold_lock(config, "mirror")
     from replicator.commands.preflight import check_state
 
     check_state(config)  # a damaged state file or a mirror that lost commits: named before Spark starts
+    from replicator.commands.metrics import check_port
+
+    check_port(config)  # a metrics.port taken: said now, not after Spark's start
+    watch = None
+    if config.source.kafka is not None and config.source.type == "kafka":
+        from replicator.commands.brokerwatch import BrokerWatch
+
+        watch = BrokerWatch(config.source.kafka).start()  # brokers that do not answer: said from the start
+    try:
+        return _run_mirror(args, config)
+    finally:
+        if watch is not None:
+            watch.stop()
+
+
+def _run_mirror(args: argparse.Namespace, config: JobConfig) -> int:
+    import gc
+    import threading
+
+    from replicator.spark import get_spark
+
     # The start's objects (modules, classes, functions: pyspark, pandas, pyarrow, the engine's) live as
     # long as the driver. Collecting while they are made only walks them again (~40 ms), and so would
     # every full collection of a job that runs for days and the interpreter's exit (~0.15 s): they are
@@ -62,6 +78,13 @@ def _mirror(args: argparse.Namespace) -> int:
         code = job.run(available_now=args.available_now, checked=True)
     finally:
         job.engine.close()  # (drained by run) its apply and change-log threads end before the process does
+    if job.interrupted:  # what it applied is counted (--available-now), and where it stopped said once
+        if args.available_now:
+            from replicator.commands.outcome import summarize
+
+            print(summarize(config, job.engine.state, job.summaries).line(args.config), flush=True)
+        print(job.stopped_at(), file=sys.stderr, flush=True)
+        return code
     if not args.available_now:
         return code
     from replicator.commands.outcome import DEAD_TABLES_EXIT, summarize
@@ -145,9 +168,9 @@ def _decode(args: argparse.Namespace) -> int:
     from replicator.dialects import DecodeOptions, dialect_names
 
     if args.dialect != "auto" and args.dialect not in dialect_names():
-        raise ConfigError(
-            f"--dialect: unknown dialect {args.dialect!r}; expected auto or {', '.join(dialect_names())}"
-        )
+        from replicator.config import did_you_mean
+
+        raise ConfigError(f"--dialect: {did_you_mean(args.dialect, ['auto', *dialect_names()], 'dialect')}")
     from pathlib import Path
 
     from replicator.sources import FILE_SUFFIXES, message_files
@@ -242,18 +265,38 @@ def _repair(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     _hold_lock(config, "repair")
-    for done in repair(config, args.tables):
+    rebuilt = repair(config, args.tables)
+    for done in rebuilt:
         print(f"{done.table}: rebuilt from the change log, {done.rows} rows, as of batch {done.batch}")
+    if not rebuilt:
+        print(f"--tables {args.tables}: no mirror of this job that is behind matches it: nothing to repair")
     return 0
 
 
 def _exit_now(code: int) -> int:
     """Leave without the interpreter's teardown: the native reader threads of delta-rs/Arrow can abort
     the process at exit ("terminate called without an active exception") after the work is done.
-    Only for commands that start no Spark session and have written everything they print."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    Only for commands that start no Spark session and have written everything they print. The job's lock
+    is released first: ``main``'s ``finally`` does not run after ``os._exit``, and a lease on an object
+    store (unlike a ``flock``) does not end with the process: it refused every launch until it expired."""
+    _release_locks()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _reader_gone()
+    with contextlib.suppress(OSError):
+        sys.stderr.flush()
     os._exit(code)
+
+
+def _reader_gone() -> int:
+    """stdout's reader closed the pipe (``| head``): what is left to print goes nowhere, silently, and the
+    exit code is a process's killed by SIGPIPE (128 + 13), as for other commands in such a pipe."""
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())  # the interpreter's own last flush finds no pipe
+        os.close(null)
+    return 141
 
 
 def _optimize(args: argparse.Namespace) -> int:
@@ -330,7 +373,7 @@ def _dead_letters(args: argparse.Namespace) -> int:
 def _jvm_archive(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from replicator.commands.jvm_archive import write_archive
+    from replicator.commands.jvm_archive import write_archive, write_submit_defaults
 
     try:
         path = write_archive(Path(args.path) if args.path else None)
@@ -338,6 +381,7 @@ def _jvm_archive(args: argparse.Namespace) -> int:
         print(f"replicator: {exc}", file=sys.stderr)
         return 1
     print(path)
+    print(f"{write_submit_defaults(path)} (for spark-submit --properties-file: the driver maps this archive)")
     return 0
 
 
@@ -609,6 +653,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     keep_freed_memory()  # before any command loads Arrow
     args = build_parser().parse_args(argv)
+    _on_signals()
     try:
         configure(args.log_level, log_file=args.log_file)
     except OSError as exc:
@@ -619,13 +664,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # `| head` read what it wanted and left: not an error of this command
+        return _reader_gone()
     except (ConfigError, PathRefused) as exc:
         print(f"replicator: {exc}", file=sys.stderr)
         return 2
     except (JobRunning, StateDamaged) as exc:  # refused to start, or stopped before it went on wrong
         print(f"replicator: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # SIGINT, or SIGTERM (_interrupt), outside a mirror's stream (Spark's start)
+        # A driver JVM still starting holds nothing to save: ended now, before the line, so that its
+        # start-up failure (a trace: its Python side is gone) is not printed after it.
+        _end_children(now=True)
+        print(f"replicator: interrupted ({_SIGNAL[0]}) before {args.command} began its work", file=sys.stderr)
         return 130
     except Exception as exc:
         from replicator.errors import CatalogFailed, RecordFailed, SourceFailed
@@ -645,6 +696,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     finally:
         _release_locks()  # the command is over (a process that runs main again takes the lock again)
+
+
+_SIGNAL = ["SIGINT"]  # the signal that interrupted the command
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    import signal
+
+    _SIGNAL[0] = signal.Signals(signum).name
+    raise KeyboardInterrupt
+
+
+def _on_signals() -> None:
+    """SIGTERM as SIGINT: the command ends through :func:`main`'s and :func:`run`'s steps (its Spark JVM and
+    other children ended), not at once, which left the JVM of a start it cut short running on its own. A
+    mirror's stream has handlers of its own (commands.runner)."""
+    import signal
+
+    if threading_main():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _interrupt)
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def run(argv: Sequence[str] | None = None) -> NoReturn:
@@ -679,6 +757,10 @@ def _shut_down() -> None:
     exit in Arrow-15.0.0 dataset scan", apache/arrow#39862; delta-rs: "terminate called without an active
     exception", delta-io/delta-rs#2184); ``os._exit`` ends the process without running their destructors,
     as ``_exit_now`` does for the commands without Spark."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C does not cut the shutdown short
+        signal.signal(sig, signal.SIG_IGN)
     sources = sys.modules.get("replicator.sources")  # (not imported at exit by a command that never did)
     if sources is not None:
         with contextlib.suppress(Exception):  # a client whose JVM is gone: nothing left to close
@@ -694,9 +776,71 @@ def _shut_down() -> None:
     import atexit
 
     atexit._run_exitfuncs()  # PySpark's JVM child ended, logging flushed; they ran before os._exit
+    if pyspark is not None:  # the driver JVM ends when its standard input closes (PythonGatewayServer)
+        from pyspark import SparkContext
+
+        proc = getattr(getattr(SparkContext, "_gateway", None), "proc", None)
+        with contextlib.suppress(Exception):
+            proc.stdin.close()  # type: ignore[union-attr]
+    _end_children()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+
+
+def _end_children(grace: float = 5.0, now: bool = False) -> None:
+    """Children still running at the end (a Spark driver JVM whose start was interrupted: PySpark had not
+    handed it to a session yet, and it ignores SIGINT) get SIGTERM, then SIGKILL after ``grace`` seconds:
+    nothing the command started outlives it. ``now``: SIGKILL at once."""
+    import signal
+
+    children = _children()
+    if not now:
+        children = _wait_gone(children, 2)  # the JVM's own exit first (its shutdown hooks run either way)
+        _signal_all(children, signal.SIGTERM)
+        children = _wait_gone(children, grace)
+    _signal_all(children, signal.SIGKILL)
+    _wait_gone(children, grace)
+
+
+def _wait_gone(children: list[int], seconds: float) -> list[int]:
+    """The children still running after up to ``seconds``."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while children and time.monotonic() < deadline:
+        time.sleep(0.05)
+        children = [pid for pid in children if _running(pid)]
+    return children
+
+
+def _signal_all(children: list[int], sig: int) -> None:
+    for pid in children:
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+
+
+def _children() -> list[int]:
+    """This process's child processes (Linux: /proc; elsewhere none are found)."""
+    me = str(os.getpid())
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError):
+                    with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                        # pid (comm) state ppid ...: comm may hold spaces and brackets, so after the last ")"
+                        if f.read().rsplit(")", 1)[1].split()[1] == me:
+                            found.append(int(entry))
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        waited, _status = os.waitpid(pid, os.WNOHANG)  # reaps it once it has ended
+    except ChildProcessError:
+        return False
+    return waited == 0
 
 
 if __name__ == "__main__":

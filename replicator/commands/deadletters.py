@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from replicator.config import ConfigError
 from replicator.sinks.base import Txn
 from replicator.state import DEAD_LETTER_SCHEMA, State, now
 
@@ -211,6 +212,9 @@ def discard(
     chosen = select(pending(state), table, error, batch)
     if ids:
         chosen = [r for r in chosen if dead_letter_id(r) in set(ids)]
+        missing = set(ids) - {dead_letter_id(r) for r in chosen}
+        if missing:
+            raise ConfigError(_not_pending(state, sorted(missing)))
     if not chosen:
         return 0
     who = f"{getpass.getuser()}@{socket.gethostname()}"
@@ -218,6 +222,32 @@ def discard(
     rows = [{**{k: r[k] for k in IDENTITY}, **stamp} for r in chosen]
     state.table("dead_letter_discards").append(pa.Table.from_pylist(rows, DISCARDS_SCHEMA), None)
     return len(rows)
+
+
+def _not_pending(state: State, ids: list[str]) -> str:
+    """Why ``--id`` names no pending dead letter: retried (a retry gives those that fail again new ids),
+    discarded already, or no such id; nothing is discarded."""
+    marks, discarded = read_marks(state), read_discards(state)
+    known = {dead_letter_id(r): r for r in read_dead_letters(state, [*IDENTITY, "database", "table"])}
+    reasons = []
+    for i in ids:
+        row = known.get(i)
+        if row is None:
+            reasons.append(f"{i}: no dead letter has this id")
+        elif _identity(row) in marks:
+            reasons.append(
+                f"{i}: re-driven by retry batch {marks[_identity(row)]}; those that failed again are dead "
+                "letters of that batch, with new ids"
+            )
+        elif _identity(row) in discarded:
+            reasons.append(f"{i}: discarded already")
+        else:
+            reasons.append(f"{i}: not selected by the other options")
+    return (
+        "dead-letters discard: nothing discarded: "
+        + "; ".join(reasons)
+        + " (replicator dead-letters lists the pending ones with their ids)"
+    )
 
 
 def print_discard(config: JobConfig, reason: str, **selection: Any) -> int:
@@ -308,7 +338,11 @@ def retry(
         engine.process_records(raw_records(rows), unfinished)
         result.resumed.append(unfinished)
 
-    chosen = select([r for r in dead if _identity(r) not in marks], table, error, batch)
+    # A discarded dead letter is final: never pending again, so never re-driven (docs/operations.md).
+    discarded = read_discards(state)
+    chosen = select(
+        [r for r in dead if _identity(r) not in marks and _identity(r) not in discarded], table, error, batch
+    )
     result.unretryable = sum(1 for r in chosen if r["raw"] is None)
     chosen = [r for r in chosen if r["raw"] is not None]
     if not chosen:

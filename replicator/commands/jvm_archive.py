@@ -21,7 +21,7 @@ from shlex import quote
 import yaml
 
 from replicator.cluster import standalone
-from replicator.spark import LOCAL_DEFAULTS, class_archive
+from replicator.spark import LOCAL_DEFAULTS, class_archive, submitted_defaults
 
 TYPES = {"id": "bigint(20)", "name": "varchar(64)", "price": "decimal(10,2)", "at": "datetime(3)"}
 SQL_TYPES = {"id": -5, "name": 12, "price": 3, "at": 93}
@@ -103,6 +103,23 @@ def write_archive(target: Path | None = None) -> Path:
         finally:
             dump.unlink(missing_ok=True)
     return target
+
+
+def write_submit_defaults(archive: Path) -> Path:
+    """A properties file for spark-submit beside ``archive`` (``spark-submit.conf``): replicator's driver
+    settings with the archive mapped, so that ``spark-submit --properties-file <it>`` starts its driver as
+    the embedded one starts. Not Spark's own ``conf/spark-defaults.conf`` of the installation: that folder
+    is on the driver's class path, and a class path folder that is not empty makes the JVM refuse every
+    class archive (measured: "shared class paths mismatch"), the embedded driver's too."""
+    path = archive.parent / "spark-submit.conf"
+    lines = [
+        "# Written by `replicator jvm-archive`: spark-submit --properties-file <this file>",
+        *(f"{key} {value}" for key, value in submitted_defaults(archive).items()),
+    ]
+    part = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    part.write_text("\n".join(lines) + "\n")
+    os.replace(part, path)
+    return path
 
 
 def _job_file(root: Path, name: str, options: str, master: str | None = None) -> Path:

@@ -121,12 +121,12 @@ def _optimize_with_spark(
 
 
 def _files(path: str) -> set[str]:
-    """The data and deletion vector files under a table's folder (not its log)."""
-    from pathlib import Path
+    """The data and deletion vector files under a table's folder (not its log), local or in a store."""
+    from replicator.storage import ObjectPath, location
 
-    root = Path(path)
-    return {
-        str(p.relative_to(root))
-        for p in root.rglob("*")
-        if p.is_file() and "_delta_log" not in p.parts and not p.name.startswith(".")
-    }
+    root = location(path)
+    if isinstance(root, ObjectPath):
+        names = (p.relative_to(root) for p, _size, _mtime in root.walk_files())
+    else:
+        names = (str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    return {n for n in names if "_delta_log" not in n.split("/") and not n.rsplit("/", 1)[-1].startswith(".")}

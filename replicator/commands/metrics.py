@@ -60,6 +60,13 @@ class JobMetrics:
         self.last_batch = Gauge(
             f"{PREFIX}_last_batch_id", "the last applied batch", job, registry=self.registry
         )
+        # Every job-wide series from the start, at 0: a scraper sees the counter before the first batch (a
+        # series without a sample until it changes made rate() and alerts blind to the first increase).
+        name = config.name
+        for counter in (self.batches, self.failures, self.records):
+            counter.labels(name)
+        for outcome in ("applied", "filtered", "dead_letter"):
+            self.events.labels(name, outcome)
         self.registry.register(_Lag(self))
         self._lag: tuple[float, dict[str, dt.datetime]] = (0.0, {})
         self.server: Any = None
@@ -126,6 +133,27 @@ class JobMetrics:
             self._lag = (time.monotonic(), cached)
         now = dt.datetime.now(dt.UTC)
         return {table: (now - newest).total_seconds() for table, newest in cached.items()}
+
+
+def check_port(config: JobConfig) -> None:
+    """``metrics.port`` free to listen on, checked before Spark starts (a minute on a loaded machine), with
+    the error :meth:`JobMetrics.start` gives."""
+    import socket
+
+    from replicator.config import ConfigError
+
+    settings = config.metrics
+    if settings is None:
+        return
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the HTTP server binds it
+        try:
+            probe.bind((settings.host, settings.port))
+        except OSError as exc:
+            raise ConfigError(
+                f"metrics: cannot listen on {settings.host}:{settings.port}: {exc.strerror}"
+            ) from None
 
 
 class _Lag:

@@ -32,10 +32,11 @@ class RunOutcome:
     top_error: str | None = None
     top_error_count: int = 0
     dead_tables: list[str] = field(default_factory=list)  # only dead letters, and never applied
+    undecodable: str | None = None  # every record undecodable: what the records look like (dialect_hint)
 
     @property
     def failed(self) -> bool:
-        return bool(self.dead_tables)
+        return bool(self.dead_tables) or self.undecodable is not None
 
     def line(self, config_file: str | None = None) -> str:
         if not self.batches:
@@ -54,6 +55,12 @@ class RunOutcome:
         return text
 
     def failure(self) -> str:
+        if self.undecodable is not None:
+            return (
+                "replicator: no record of this run could be decoded "
+                f"({plural(self.dead_letters, 'dead letter')}): {self.undecodable}; exit code 4 "
+                "(set dead_tables: warn in the job file to exit 0)"
+            )
         tables = ", ".join(self.dead_tables[:5]) + (" …" if len(self.dead_tables) > 5 else "")
         return (
             f"replicator: every record of {plural(len(self.dead_tables), 'table')} ({tables}) became a dead "
@@ -86,7 +93,42 @@ def summarize(config: JobConfig, state: State, summaries: list[BatchSummary]) ->
     applied = {_label(t.database, t.table) for t in state.tables().values()}
     dead_tables = {_label(r["database"], r["table"]) for r in rows if r["table"]}
     outcome.dead_tables = sorted(name for name in dead_tables if name not in applied)
+    if rows and not outcome.applied and not dead_tables:  # not one record read as a table's change
+        examples = [
+            r["raw_text"] for r in dead.read(["batch_id", "raw_text"]).to_pylist() if r["batch_id"] in ids
+        ]
+        outcome.undecodable = dialect_hint(config.source.dialect, examples[:HINT_RECORDS])
     return outcome
+
+
+HINT_RECORDS = 20  # dead letters' records read to tell which dialect they look like
+
+
+def dialect_hint(configured: str, texts: list[str | None]) -> str:
+    """Which dialect records that ``configured`` could not decode look like (the auto-detection of
+    source.dialect: auto, dialects.Decoder.detect), as the fix to make."""
+    from collections import Counter
+
+    from replicator.dialects import Decoder
+    from replicator.dialects.jsontext import loads
+
+    decoder = Decoder("auto")
+    seen: Counter[str] = Counter()
+    for text in texts:
+        try:
+            message = loads(text) if text else None
+        except ValueError:
+            continue
+        if isinstance(message, dict):
+            found, _why = decoder.detect(message)
+            if found is not None:
+                seen[found.name] += 1
+    if seen:
+        name = seen.most_common(1)[0][0]
+        if name != configured:
+            return f"the records look like {name}, not {configured}: set source.dialect: {name}"
+        return f"the records look like {name}, but none decoded: see replicator dead-letters for the errors"
+    return f"the records look like no known dialect (source.dialect: {configured}; docs/dialects.md)"
 
 
 def _label(database: str | None, table: str | None) -> str:

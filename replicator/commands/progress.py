@@ -39,16 +39,41 @@ def checkpoint_files(checkpoint: str | Path) -> set[str]:
     seen: set[str] = set()
     if not log.is_dir():
         return seen
+    # A batch Spark planned but never committed (a run stopped in it) is read again by the next run: its
+    # files are still to do, and belong in the catch-up's total.
+    done = _last_commit(location(checkpoint) / "commits")
     for entry in log.iterdir():
         if entry.name.startswith(".") or entry.suffix == ".crc" or not entry.is_file():
             continue
         for line in split_lines(entry.read_text(encoding="utf-8", errors="replace")):
             if line.startswith("{"):
                 try:
-                    seen.add(_local(json.loads(line)["path"]))
-                except (ValueError, KeyError):
+                    item = json.loads(line)
+                    if int(item.get("batchId", -1)) <= done:
+                        seen.add(_local(item["path"]))
+                except (ValueError, KeyError, TypeError):
                     continue
     return seen
+
+
+def batch_files(checkpoint: str | Path, batch_id: int) -> int:
+    """How many files the query's file log gives batch ``batch_id`` (its ``N`` or ``N.compact`` file)."""
+    log = location(checkpoint) / "sources" / "0"
+    count = 0
+    for name in (str(batch_id), f"{batch_id}.compact"):
+        entry = log / name
+        if entry.is_file():
+            for line in split_lines(entry.read_text(encoding="utf-8", errors="replace")):
+                if line.startswith("{") and f'"batchId":{batch_id}' in line.replace(" ", ""):
+                    count += 1
+    return count
+
+
+def _last_commit(commits: Any) -> int:
+    """The newest batch id in the query's commit log (-1: none)."""
+    if not commits.is_dir():
+        return -1
+    return max((int(e.name) for e in commits.iterdir() if e.name.isdigit()), default=-1)
 
 
 def listed_files(root: str | Path, follow_symlinks: bool = False) -> list[Path]:
@@ -150,12 +175,15 @@ class CatchUp:
         """One short line for an applied batch, above the bar, cut to the terminal's width."""
         if self.bar is None:
             return
-        line = (
-            f"batch {summary.batch_id}: {summary.events:,} events, {summary.applied:,} applied, "
-            f"{summary.dead_letters:,} dead letters, {summary.duration_ms / 1000:.1f} s"
-        )
+        line = batch_line(summary)
         width = self.bar.ncols or _columns(self.bar.fp) or 100
         self.bar.write(line[: max(width - 1, 20)], file=self.bar.fp)
+
+    def skipped(self, files: int) -> None:
+        """A batch the previous run applied, replayed by Spark and skipped: Spark reports no input for it
+        (its rows were never read), so its files are counted done here."""
+        if self.bar is not None and not self.kafka:
+            self.bar.update(files)
 
     def add_events(self, n: int) -> None:
         """A batch's events (from its summary); the bar shows events/s at its next update."""
@@ -195,6 +223,38 @@ class CatchUp:
             seconds = max(time.monotonic() - self._t0, 1e-6)  # the batches applied since the last update
             self.bar.set_postfix({"events/s": f"{self.events / seconds:,.0f}"})
             self.bar.close()
+
+
+def batch_line(summary: Any) -> str:
+    """An applied batch in one short line (a terminal's, instead of its JSON log line)."""
+    return (
+        f"batch {summary.batch_id}: {summary.events:,} events, {summary.applied:,} applied, "
+        f"{summary.dead_letters:,} dead letters, {summary.duration_ms / 1000:.1f} s"
+    )
+
+
+class BatchLines:
+    """A continuous run on a terminal: each applied batch as its short line on ``stream`` (as a catch-up
+    prints them above its bar), the console's other lines warnings and errors only (``--log-file`` keeps
+    them all)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        from replicator.logging import quiet_console
+
+        self.stream = stream
+        quiet_console(True)
+
+    def started(self, job: str) -> None:
+        print(f"replicator: {job} mirroring; each batch below once applied (Ctrl-C stops)", file=self.stream)
+
+    def note(self, summary: Any) -> None:
+        width = _columns(self.stream) or 100
+        print(batch_line(summary)[: max(width - 1, 20)], file=self.stream, flush=True)
+
+    def close(self) -> None:
+        from replicator.logging import quiet_console
+
+        quiet_console(False)
 
 
 def is_terminal(stream: IO[str] | None = None) -> bool:

@@ -52,10 +52,8 @@ def repair(config: JobConfig, tables: str) -> list[Repaired]:
         return fnmatchcase(f"{t.database}.{t.table}", tables) or fnmatchcase(b.name, tables)
 
     chosen = [b for b in behind_mirrors(config) if wanted(b)]
-    if not chosen:
-        raise ReplayError(
-            f"--tables {tables}: no mirror of this job that is behind matches it (nothing to do)"
-        )
+    if not chosen:  # every matching mirror up to date: nothing to repair, which is no error (exit 0)
+        return []
     state = State.of(config)
     registry, writer = state.tables(), state.writer
     out = location(config.state.path) / "tmp" / f"repair-{uuid.uuid4().hex}"

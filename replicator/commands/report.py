@@ -23,6 +23,7 @@ from typing import Any
 from replicator.commands.status import human_duration
 from replicator.config import JobConfig
 from replicator.model import table_label
+from replicator.storage import location
 
 # Distinct saturated colours, one per chart in page order (tests find each chart by its colour).
 PALETTE = (
@@ -115,7 +116,7 @@ def _changelog(config: JobConfig, batches: list[dict[str, Any]], columns: list[s
     import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
-    path = Path(config.state.path) / "changelog"
+    path = location(config.state.path) / "changelog"  # (an object under an s3:// state.path)
     if not batches or not DeltaTable.is_deltatable(str(path)):
         return None
     ids = pa.array([b["batch_id"] for b in batches], pa.int64())
@@ -186,10 +187,23 @@ def _ticks(low: float, high: float, count: int = 4) -> list[float]:
     return [first + i * step for i in range(int((high - first) / step + 1e-9) + 1)]
 
 
-def svg_chart(lines: list[tuple[str, list[tuple[dt.datetime, float]], str, str]], unit: str) -> str:
+DURATION_UNITS = (("y", 365.25 * 86400), ("d", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0))
+
+
+def _duration_ticks(low: float, high: float) -> list[tuple[float, str]]:
+    """Round ticks of a seconds axis in the largest time unit it spans: ``10 min``, ``2 h``, ``1.5 y``
+    (not ``50M`` seconds)."""
+    name, size = next(((n, z) for n, z in DURATION_UNITS if max(abs(low), abs(high)) >= z), ("s", 1.0))
+    return [(v * size, f"{v:g} {name}") for v in _ticks(low / size, high / size)]
+
+
+def svg_chart(
+    lines: list[tuple[str, list[tuple[dt.datetime, float]], str, str]], unit: str, durations: bool = False
+) -> str:
     """A chart of time series as inline SVG: ``lines`` of (label, points, colour, style) where style is
     ``line`` (a line with dots), ``dashed`` or ``dots`` (hollow dots only: retries). Time on x (every
-    series' points inside it), value ticks on y, a legend, and each dot's time and value on hover."""
+    series' points inside it), value ticks on y, a legend, and each dot's time and value on hover;
+    ``durations``: the values are seconds, shown as durations (ticks and hover text)."""
     inner_w, inner_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
     points = [p for _label, series, _c, _s in lines for p in series]
     t0, t1 = min(t for t, _v in points), max(t for t, _v in points)
@@ -215,11 +229,12 @@ def svg_chart(lines: list[tuple[str, list[tuple[dt.datetime, float]], str, str]]
         f'<line x1="{PAD_LEFT}" y1="{PAD_TOP}" x2="{PAD_LEFT}" y2="{base_y}" stroke="{axis}"/>',
         f'<line x1="{PAD_LEFT}" y1="{base_y}" x2="{WIDTH - PAD_RIGHT}" y2="{base_y}" stroke="{axis}"/>',
     ]
-    for value in _ticks(bottom, top):
+    ticks = _duration_ticks(bottom, top) if durations else [(v, _number(v)) for v in _ticks(bottom, top)]
+    for value, text in ticks:
         _x, y = xy(t0, value)
         parts.append(
             f'<line x1="{PAD_LEFT - 3}" y1="{y}" x2="{PAD_LEFT}" y2="{y}" stroke="{axis}"/>'
-            f'<text x="{PAD_LEFT - 5}" y="{y + 4}" text-anchor="end" font-size="10">{_number(value)}</text>'
+            f'<text x="{PAD_LEFT - 5}" y="{y + 4}" text-anchor="end" font-size="10">{text}</text>'
         )
     parts.append(
         f'<text x="4" y="{PAD_TOP - 2}" font-size="10">{html.escape(unit)}</text>'
@@ -245,9 +260,10 @@ def svg_chart(lines: list[tuple[str, list[tuple[dt.datetime, float]], str, str]]
             parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2.5"{dash}/>')
         fill = "white" if style == "dots" else color
         for (t, v), (x, y) in list(zip(ordered, coords, strict=True))[-200:]:
+            shown = human_duration(v) if durations else f"{v:,.2f} {html.escape(unit)}"
             parts.append(
                 f'<circle cx="{x}" cy="{y}" r="3.5" fill="{fill}" stroke="{color}" stroke-width="1.5">'
-                f"<title>{html.escape(label)} {t:%Y-%m-%d %H:%M:%S} UTC: {v:,.2f} {html.escape(unit)}</title>"
+                f"<title>{html.escape(label)} {t:%Y-%m-%d %H:%M:%S} UTC: {shown}</title>"
                 "</circle>"
             )
         legend = html.escape(label)
@@ -255,12 +271,6 @@ def svg_chart(lines: list[tuple[str, list[tuple[dt.datetime, float]], str, str]]
         legend_x += 8 + 6 * len(label)
     parts.append("</svg>")
     return "".join(parts)
-
-
-def _last_lag(lag: dict[str, Any] | None, name: str) -> str:
-    """The lag chart's last stream point: what the table's lag was when its last batch ended."""
-    series = (lag or {}).get(name, {}).get("stream") or []
-    return human_duration(max(series)[1]) if series else "-"
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -283,15 +293,20 @@ td, th { border: 1px solid #ddd; padding: 3px 6px; text-align: left; }
 """
 
 
-LAG_CAPTION = "lag at each batch's end: batch end - the newest source event time it applied"
-FLOW_CAPTION = (
-    "throughput: input events per second of wall time (solid), net rows changed per second (dashed)"
+LAG_CAPTION = (
+    "lag at each batch's end: batch end - the newest source event time that batch applied to the table "
+    "(a batch of old events, a late update, shows a long lag; the table's lag now is in the table above)"
 )
+FLOW_CAPTION = (
+    "throughput: input events per second of wall time (solid), net rows changed per second (dashed, black)"
+)
+ROWS_COLOR = "#000000"  # throughput's net-rows line: apart from every chart colour and the text (#222)
+LAG_NOW = "lag now (now - newest applied event)"
 
 
 def _figure(name: str, kind: str, color: str, lines: list[Any], unit: str, caption: str, no_log: bool) -> str:
     if any(series for _l, series, _c, _s in lines):
-        chart = svg_chart(lines, unit)
+        chart = svg_chart(lines, unit, durations=kind == "lag")
     elif no_log:
         chart = "<p class='none'>no change log (changelog.enabled: false): no lag history</p>"
     else:
@@ -318,8 +333,7 @@ def render(report: dict[str, Any]) -> str:
                 "phase",
                 "rows",
                 "dead letters",
-                "lag at the last batch",
-                "since the newest applied event (now)",
+                LAG_NOW,
                 "last position",
                 "last event time",
             ],
@@ -329,7 +343,6 @@ def render(report: dict[str, Any]) -> str:
                     t["phase"],
                     t["rows"],
                     t["dead_letters"],
-                    _last_lag(report["lag"], t["table"]),
                     human_duration(t["lag_seconds"]),
                     t["last_position"],
                     t["last_event_time"],
@@ -353,13 +366,13 @@ def render(report: dict[str, Any]) -> str:
             if lags
             else []
         )
-        parts.append(_figure(name, "lag", color, lines, "s", LAG_CAPTION, lag is None))
+        parts.append(_figure(name, "lag", color, lines, "lag", LAG_CAPTION, lag is None))
         color = next(colors)
         flow = report["throughput"].get(name)
         lines = (
             [
                 ("input events/s", flow["events"], color, "line"),
-                ("net rows changed/s", flow["rows"], color, "dashed"),
+                ("net rows changed/s", flow["rows"], ROWS_COLOR, "dashed"),
                 ("retried dead letters", flow["retries"], RETRY_COLOR, "dots"),
             ]
             if flow
@@ -394,15 +407,24 @@ def render(report: dict[str, Any]) -> str:
         f"<h2>Dead letters: {dead['pending']} pending, {dead['retried']} retried, "
         f"{dead.get('discarded', 0)} discarded</h2>"
     )
-    parts.append(
-        _table(
-            ["count", "table", "error", "batches", "example"],
-            [
-                [g["count"], g["table"], g["error"], f"{g['first_batch']}-{g['last_batch']}", g["example"]]
-                for g in dead["groups"]
-            ],
+    if dead["groups"]:
+        parts.append(
+            _table(
+                ["count", "table", "error", "batches", "example"],
+                [
+                    [
+                        g["count"],
+                        g["table"],
+                        g["error"],
+                        f"{g['first_batch']}-{g['last_batch']}",
+                        g["example"],
+                    ]
+                    for g in dead["groups"]
+                ],
+            )
         )
-    )
+    else:
+        parts.append("<p class='none'>no pending dead letters</p>")
     parts.append("</body></html>\n")
     return "".join(parts)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from typing import IO, TYPE_CHECKING
 
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from replicator.state import BatchSummary
 
 log = get_logger("replicator.commands.runner")
+INTERRUPTED_EXIT = 130  # a run stopped by SIGINT or SIGTERM (128 + SIGINT, as shells report Ctrl-C)
 
 
 class MirrorJob:
@@ -35,8 +37,10 @@ class MirrorJob:
         self.engine.sync_catalog()
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self.interrupted: str | None = None  # the signal that stopped the run (SIGINT, SIGTERM), if one did
         self.error: BaseException | None = None
         self.progress = None  # progress.CatchUp of an --available-now run (a bar on a terminal)
+        self.lines = None  # progress.BatchLines of a continuous run on a terminal
         self.summaries: list[BatchSummary] = []  # this run's applied batches (replicator.commands.outcome)
         self.metrics = None  # metrics.JobMetrics when the job file asks for them (metrics.port)
         if config.metrics is not None:
@@ -72,7 +76,20 @@ class MirrorJob:
     def _batch(self, frame: DataFrame, batch_id: int) -> None:
         with self._lock:
             if self._stop.is_set():
+                # Spark fails the query with this error and logs it, with a traceback, as a query that
+                # died; the run is stopping on purpose, so the query's own error log is turned off first.
+                quiet_query_errors(self.spark)
                 raise InterruptedError("stopping: the batch is left for the next run")
+            if self.engine.state.done("batches", batch_id):
+                # Applied whole by a run stopped before Spark recorded its commit: Spark runs it again, with
+                # the same inputs. Its record is the last step of its apply, so there is nothing left to
+                # do, and this run's summary does not count it a second time.
+                log.info("batch applied by the previous run; skipped", batch_id=batch_id)
+                if self.progress is not None and self.config.source.type == "files":
+                    from replicator.commands.progress import batch_files
+
+                    self.progress.skipped(batch_files(self.engine.state.checkpoint, batch_id))
+                return
             try:
                 self.report_skipped(batch_id)
                 if self.config.trigger.overlap:  # applied while Spark decodes the next batch
@@ -90,6 +107,8 @@ class MirrorJob:
         if self.progress is not None:
             self.progress.add_events(summary.events)
             self.progress.note(summary)
+        if self.lines is not None:
+            self.lines.note(summary)
 
     def run(
         self, available_now: bool = False, progress_stream: IO[str] | None = None, checked: bool = False
@@ -110,7 +129,7 @@ class MirrorJob:
 
     def _run(self, available_now: bool, progress_stream: IO[str] | None, checked: bool) -> int:
         from replicator.commands.preflight import check_state
-        from replicator.commands.progress import catch_up, poll
+        from replicator.commands.progress import BatchLines, catch_up, is_terminal, poll
         from replicator.errors import SourceFailed
         from replicator.sources import build_stream, data_loss_message
 
@@ -145,11 +164,19 @@ class MirrorJob:
         else:
             seconds = self.config.trigger.interval.total_seconds()
             writer = writer.trigger(processingTime=f"{max(seconds, 0.1)} seconds")
+            stream_to = progress_stream if progress_stream is not None else sys.stderr
+            if is_terminal(stream_to):
+                self.lines = BatchLines(stream_to)
         query = writer.start()
+        if self.lines is not None:
+            self.lines.started(self.config.name)
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
         def request_stop(signum: int, _frame: object) -> None:
-            log.info("stop requested, finishing the current batch", signal=signal.Signals(signum).name)
+            if self._stop.is_set():
+                return  # (a second Ctrl-C: the first is being honoured)
+            self.interrupted = signal.Signals(signum).name
+            log.info("stop requested, finishing the current batch", signal=self.interrupted)
             self._stop.set()
 
         for sig in previous:
@@ -159,8 +186,15 @@ class MirrorJob:
             while query.isActive:
                 failed = self.engine.failure()  # a batch applied behind failed: stop at once
                 if self._stop.is_set() or failed is not None:
+                    # The running batch ends first (its lock), then the query stops. Not while holding the
+                    # lock: stopping waits for Spark's stream thread, which may be entering the next batch
+                    # and waiting for that lock (a stop that hung for good); that batch sees the stop and
+                    # leaves its input for the next run.
                     with self._lock:
-                        query.stop()
+                        pass
+                    if self._stop.is_set():  # what Spark logs while it cancels is the stop's, not an error
+                        quiet_query_errors(self.spark)
+                    query.stop()
                     break
                 try:
                     query.awaitTermination(0.5)
@@ -192,11 +226,20 @@ class MirrorJob:
             if self.progress is not None:
                 self.progress.close()
         log.info("mirror stopped", job=self.config.name)
+        if self.lines is not None:
+            self.lines.close()  # after the line above: on the terminal, its short lines were the run's
         if self.progress is not None:
             from replicator.logging import quiet_console
 
             quiet_console(False)  # the bar's run is over
-        return 0
+        return INTERRUPTED_EXIT if self.interrupted else 0
+
+    def stopped_at(self) -> str:
+        """Where an interrupted run stopped, for its last line: the last batch it applied (or the job's
+        last before it), and that the rest is left for the next run."""
+        last = max((s.batch_id for s in self.summaries), default=None)
+        done = "before this run applied a batch" if last is None else f"stopped after batch {last}"
+        return f"replicator: interrupted ({self.interrupted}): {done}; the next run goes on from there"
 
 
 def warm_workers(spark: SparkSession, config: JobConfig) -> None:
@@ -216,3 +259,21 @@ def warm_workers(spark: SparkSession, config: JobConfig) -> None:
         frame.mapInArrow(partial(warm, config.source.dialect), struct(schema)).collect()
     except Exception as exc:
         log.debug("workers not warmed", error=str(exc))
+
+
+def quiet_query_errors(spark: SparkSession) -> None:
+    """Spark's error log of a streaming query that died turned off (log4j's level for its package, Spark
+    3's and Spark 4's names): a query stopped on purpose dies with the batch it refused, and the jobs it
+    cancels fail to store their broadcasts and blocks."""
+    try:
+        jvm = spark.sparkContext._jvm
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        for name in (
+            "org.apache.spark.sql.execution.streaming",
+            "org.apache.spark.sql.streaming",
+            "org.apache.spark.broadcast",
+            "org.apache.spark.storage",
+        ):
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
+    except Exception as exc:  # only the log's noise is at stake
+        log.debug("query error log not turned off", error=str(exc))

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from replicator.columns import ColumnMap, renamed_columns
 from replicator.config import JobConfig
 from replicator.kafka_topics import TopicIds
 from replicator.model import table_label
 from replicator.state import State
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def collect_status(config: JobConfig, last_batches: int = 10) -> dict[str, Any]:
@@ -217,7 +221,56 @@ def print_status(config: JobConfig, as_json: bool = False, last_batches: int = 1
             + (f" ({b['undecodable']:,} of them undecodable records)" if b.get("undecodable") else "")
             + f"; {human_duration(b['duration_ms'] / 1000)}"
         )
+        partial = _partial_updates(b.get("tables"))
+        if partial:
+            print(f"    {partial}")
     return 0
+
+
+_NUMBER = re.compile(r"\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*")
+
+
+def by_key(data: pa.Table, key: list[str]) -> pa.Table:
+    """Rows in the order of their key's values: a key column stored as text whose every value is a number
+    (types unknown: Debezium without schemas) orders as numbers (1, 2, 10), not as text (1, 10, 2)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    key = [k for k in key if k in data.column_names]
+    if not key or data.num_rows == 0:
+        return data
+    numeric = [
+        k
+        for k in key
+        if pa.types.is_string(data.schema.field(k).type)
+        and all(_NUMBER.fullmatch(v) for v in data[k].to_pylist() if v is not None)
+    ]
+    if not numeric:
+        return data.take(pc.sort_indices(data, [(k, "ascending") for k in key]))
+    from decimal import Decimal
+
+    columns = [(k in numeric, data[k].to_pylist()) for k in key]
+
+    def sort_key(i: int) -> tuple[Any, ...]:
+        parts: list[Any] = []
+        for as_number, values in columns:
+            value = values[i]
+            parts.append((1,) if value is None else (0, Decimal(value) if as_number else value))
+        return tuple(parts)
+
+    return data.take(pa.array(sorted(range(data.num_rows), key=sort_key), pa.int64()))
+
+
+def _partial_updates(tables: dict[str, Any] | None) -> str | None:
+    """The batch's updates that did not carry every column (PostgreSQL's unchanged TOAST values, issue 51)."""
+    tables = tables if isinstance(tables, dict) else {}
+    kept = sum(t.get("partial_updates", 0) for t in tables.values())
+    lost = sum(t.get("unavailable_lost", 0) for t in tables.values())
+    if not kept and not lost:
+        return None
+    return f"{kept:,} partial updates kept unsent values from the mirror" + (
+        f", {lost:,} unsent values of rows the mirror did not hold left NULL" if lost else ""
+    )
 
 
 def print_tables(
@@ -225,8 +278,6 @@ def print_tables(
 ) -> int:
     """The mirror tables (``history``: their history tables, docs/history.md), rows ordered by key."""
     from fnmatch import fnmatchcase
-
-    import pyarrow.compute as pc
 
     state = State.of(config)
     tables = sorted(state.tables().values(), key=lambda t: t.id)
@@ -255,8 +306,7 @@ def print_tables(
             data = mirror.read()
             names = ColumnMap(mirror.schema())
             key = [names.assign(k) for k in table.primary_key]
-            order = [(k, "ascending") for k in (*key, "_cdc_valid_from") if k in data.column_names]
-            data = data.take(pc.sort_indices(data, order)) if order else data
+            data = by_key(data, [*key, "_cdc_valid_from"])
             print(f"== {name} history ({data.num_rows} versions, key {', '.join(table.primary_key)}) {path}")
             frame = data.slice(0, limit).drop_columns(["_cdc_seq"]).to_pandas()
             with __import__("pandas").option_context("display.width", 200, "display.max_columns", 50):
@@ -272,7 +322,7 @@ def print_tables(
         if table.primary_key:
             names = ColumnMap(schema)
             key = [names.assign(k) for k in table.primary_key]
-            data = data.take(pc.sort_indices(data, [(k, "ascending") for k in key if k in data.column_names]))
+            data = by_key(data, key)
         print(f"== {name}  ({data.num_rows} rows, key {', '.join(table.primary_key)}) {table.mirror}")
         if renamed := renamed_columns(schema):
             print(f"columns: {', '.join(renamed)}")

@@ -4,7 +4,7 @@ Groups (``pom.xml`` beside this file, a Maven profile each, each its own class p
 
 * ``spark``: what a session adds to pyspark's jars: Spark's Kafka connector and Delta Lake for Spark;
 * ``kafka``: an Apache Kafka broker (KRaft), which the tests and ``make e2e`` start;
-* ``connect``: Kafka Connect with Debezium's MariaDB connector (``make e2e``);
+* ``connect``: Kafka Connect with Debezium's MariaDB and PostgreSQL connectors (``make e2e``);
 * ``s3``: Hadoop's s3a file system and the AWS SDK modules it uses, for a session whose checkpoint, files
   source or delta-spark mirrors are on S3 (docs/object-storage.md).
 

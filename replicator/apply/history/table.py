@@ -40,6 +40,7 @@ from replicator.apply.history.versions import (
     utc,
 )
 from replicator.apply.table import DOCUMENT_FIELDS, TableApplier, TableBatch, TableResult
+from replicator.fold import unavailable
 from replicator.fold.arrow import split_by_table
 from replicator.logging import get_logger
 from replicator.model import CDC_COLUMNS, TableId, table_label
@@ -59,6 +60,10 @@ SUFFIX = "__history"
 def history_path(mirror: str | Path) -> str:
     """The history table of the mirror at ``mirror``."""
     return f"{mirror}{SUFFIX}"
+
+
+# op of a truncates-table row recording a bootstrap's position: no event at or before it opens a version
+SNAPSHOT_MARK = "snapshot"
 
 
 def markers_root(state: State, table: TableId) -> Path:
@@ -94,6 +99,12 @@ class HistoryTable:
             return 0
         # TRUNCATEs first, even of a table without rows yet: a later batch's older events end at them.
         truncates = self._stored_truncates()
+        # A bootstrap's snapshot (its marker, seed_snapshot): each key's first version is the snapshot's row;
+        # an event at or before its position is in that row already, and never a version of its own.
+        floor = max((e.seq for e in truncates if e.op == SNAPSHOT_MARK), default=None)
+        truncates = [e for e in truncates if e.op != SNAPSHOT_MARK]
+        if floor is not None and events.num_rows:
+            events = events.filter(pc.greater(events["seq_text"], pa.scalar(floor)))
         known = {change_id(e.seq) for e in truncates}
         batch_truncates = truncate_events(events)
         new_truncates = []
@@ -134,7 +145,10 @@ class HistoryTable:
         if is_documents:
             return self._apply_documents(events, truncates, everything, txn)
         data = [f.name for f in schema if f.name not in CDC_COLUMNS]
-        typed, dead = self.applier.typed(event_rows(events, self.source_key))
+        rows = event_rows(events, self.source_key)
+        missing = unavailable.by_seq(rows, lambda n: self.applier.mirror_names([n])[0])
+        # (without meta: the mirror's own apply counts and fills its partial updates; chain fills versions)
+        typed, dead = self.applier.typed(rows.drop_columns([c for c in ("meta",) if c in rows.column_names]))
         if dead:  # the mirror's own apply reports the values that do not fit (dead letters)
             log.warning(
                 "history skips events whose values do not fit",
@@ -145,7 +159,7 @@ class HistoryTable:
         for r in typed.to_pylist():
             row = {c: r[c] for c in data}
             batch.setdefault(tuple(row[k] for k in self.key), []).append(
-                Event(r[CDC_SEQ], r[CDC_OP], utc(r[CDC_EVENT_TIME]), row, 2)
+                Event(r[CDC_SEQ], r[CDC_OP], utc(r[CDC_EVENT_TIME]), row, 2, missing.get(r[CDC_SEQ], ()))
             )
         versions, markers = self._stored(_oldest(batch), everything)
         keys = set(batch) | (set(versions) if everything else set())
@@ -214,7 +228,13 @@ class HistoryTable:
         if not self.truncates.exists():
             return []
         return [
-            Event(r[CDC_SEQ], "truncate", r[CDC_EVENT_TIME], None, 0)
+            Event(
+                r[CDC_SEQ],
+                SNAPSHOT_MARK if r[CDC_OP] == SNAPSHOT_MARK else "truncate",
+                r[CDC_EVENT_TIME],
+                None,
+                0,
+            )
             for r in self.truncates.read().to_pylist()
         ]
 
@@ -355,9 +375,23 @@ def _from_markers(markers: list[Event], stored: list[dict[str, Any]]) -> list[Ev
 
 
 # ---- bootstrap from table files ---------------------------------------------------------------------------
-def seed_snapshot(writer: WriterFactory, mirror: MirrorWriter, rows: pa.Table, txn: Txn) -> None:
+def seed_snapshot(
+    writer: WriterFactory,
+    mirror: MirrorWriter,
+    rows: pa.Table,
+    txn: Txn,
+    truncates: MirrorWriter | None = None,
+) -> None:
     """A bootstrap's snapshot rows (in the mirror's schema, ``_cdc_*`` columns of ``bootstrap.with_cdc``)
-    open the first version of each key at the snapshot's time, appended with the file's transaction."""
+    open the first version of each key at the snapshot's time, appended with the file's transaction.
+    ``truncates`` (the table's markers of TRUNCATEs) records the snapshot's position once: events at or
+    before it are in the snapshot and open no version (HistoryTable.apply)."""
+    if truncates is not None and rows.num_rows:
+        seq = rows[CDC_SEQ][0].as_py()
+        stored = truncates.read().to_pylist() if truncates.exists() else []
+        if not any(r[CDC_SEQ] == seq and r[CDC_OP] == SNAPSHOT_MARK for r in stored):
+            marker = {CDC_SEQ: seq, CDC_OP: SNAPSHOT_MARK, CDC_EVENT_TIME: rows[CDC_EVENT_TIME][0].as_py()}
+            truncates.append(pa.Table.from_pylist([marker], TRUNCATE_SCHEMA), None)
     history = writer(history_path(mirror.path))
     done = history.applied_version(txn.app_id)
     if done is not None and done >= txn.version:

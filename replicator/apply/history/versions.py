@@ -51,6 +51,8 @@ class Event:
     time: dt.datetime | None
     row: dict[str, Any] | None  # the typed data columns (None: a TRUNCATE, or a marker's image unknown)
     source: int = 0  # 2: this batch, 1: a stored version, 0: a marker (the higher wins a duplicate seq)
+    # columns the capture tool did not send (unchanged TOAST, fold.unavailable): the previous version's
+    missing: tuple[str, ...] = ()
 
 
 @dataclass
@@ -93,6 +95,8 @@ def chain(events: Iterable[Event], track: Sequence[str] | None = None) -> list[V
     open_: Version | None = None
     for ident in sorted(unique):
         e = unique[ident]
+        if e.missing and e.row is not None and open_ is not None:  # a partial update: the rest is unchanged
+            e = replace(e, row={**e.row, **{c: open_.row.get(c) for c in e.missing if c in open_.row}})
         if e.op in OPENS and e.row is not None:
             if open_ is not None and track is not None and _same(open_.row, e.row, track):
                 open_.row = e.row
@@ -139,6 +143,7 @@ def event_rows(events: pa.Table, key: Sequence[str]) -> pa.Table:
             "event_time": events["event_time"].combine_chunks().cast(UTC_TS),
             "position": events["position"].combine_chunks(),
             "coordinates": events["coordinates"].combine_chunks(),
+            **({"meta": events["meta"].combine_chunks()} if "meta" in events.column_names else {}),
         }
     )
     _old, _new, changed = key_changes(op, before, after, key)  # the fold's rule

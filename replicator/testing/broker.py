@@ -19,8 +19,8 @@ from pathlib import Path
 
 from replicator import jars
 
-# A JVM's log4j2 settings: every line into the file ``{log}`` (the broker's, Kafka Connect's: replicator.e2e),
-# then the loggers of each.
+# A JVM's log4j2 settings: every line into the file ``{log}`` (the broker's, Kafka Connect's:
+# replicator.testing.e2e), then the loggers of each.
 LOG4J_TO_FILE = """\
 status = error
 appender.file.type = File
@@ -173,11 +173,14 @@ def _port_of(config: Path) -> int:
     raise ValueError(f"no advertised listener in {config}")
 
 
-def stop(proc: subprocess.Popen, kill: bool = False) -> None:
-    """Stop the broker's process group: SIGTERM (a clean shutdown), SIGKILL after 30 s or when asked."""
+def stop(proc: subprocess.Popen, kill: bool = False, timeout: float = 30) -> None:
+    """Stop a process group (the broker's, and every service the testing helpers start): SIGTERM (a clean
+    shutdown), SIGKILL after ``timeout`` seconds or when asked."""
+    if proc.poll() is not None:
+        return
     try:
         os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
-        proc.wait(timeout=30)
+        proc.wait(timeout=timeout)
     except ProcessLookupError:
         return
     except subprocess.TimeoutExpired:

@@ -1,6 +1,6 @@
 """A real capture pipeline on 127.0.0.1 for the end-to-end tests and ``make e2e`` (issue 31): MariaDB from
-the system's packages (Debian ``mariadb-server``), a Kafka broker (``replicator.broker``) and Kafka Connect
-standalone with Debezium's MariaDB connector (``replicator.jars`` group ``connect``).
+the system's packages (Debian ``mariadb-server``), a Kafka broker (``replicator.testing.broker``) and Kafka
+Connect standalone with Debezium's MariaDB connector (``replicator.jars`` group ``connect``).
 
 Everything lives in a folder of the caller's (data directory, socket, logs, Connect offsets) and every
 process is started in its own process group and stopped by its PID when its context ends."""
@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from replicator import jars
-from replicator.broker import LOG4J_TO_FILE, Broker, _java, free_port
+from replicator.testing.broker import LOG4J_TO_FILE, Broker, _java, free_port
+from replicator.testing.broker import stop as _stop
 
 USER = "replicator"
 PASSWORD = "replicator"
@@ -39,18 +40,6 @@ def _binary(name: str) -> str:
     if found is None:
         raise PipelineError(f"{name} not found: install MariaDB (Debian: apt-get install mariadb-server)")
     return found
-
-
-def _stop(proc: subprocess.Popen, timeout: float = 30) -> None:
-    """SIGTERM to the process group (a clean shutdown), SIGKILL when it does not end in time."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=timeout)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=timeout)
 
 
 @dataclass
