@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fast test-s3 s3-server e2e lint format docs reference bench soak fuzz clean
+.PHONY: install demo demo-live test test-fast test-cluster test-s3 s3-server e2e mariadb postgresql lint format docs reference bench soak fuzz clean
 
 install: $(STAMP) ## create .venv with the `replicator` command and the dev tools
 
@@ -30,12 +30,29 @@ demo: install ## mirror the bundled canal-json samples and print the tables
 	$(BIN)/replicator show --config conf/demo.yaml
 	$(BIN)/replicator status --config conf/demo.yaml
 
-test: install ## the whole test suite (real Spark, real Delta tables) but the end-to-end and S3 tests
-	$(BIN)/python -m pytest -q -m "not e2e and not s3"
+# MariaDB from the system's packages where it is missing, as for `make e2e`.
+demo-live: install mariadb ## watch a mirror follow a live MariaDB through Debezium and Kafka (Ctrl-C stops it all)
+	$(BIN)/python -m replicator.testing.live_demo --folder demo-out/live
+
+# Two test processes (pytest-xdist), each with its own Spark session, a module's tests in one of them
+# (module fixtures such as a Kafka broker start once per process), the longest modules first
+# (tests/conftest.py, LONGEST); TEST_WORKERS=0 runs them in this one.
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
+test: install ## the test suite (real Spark, real Delta tables, a Kafka broker) but the real-parts tiers below
+	$(BIN)/python -m pytest -q $(XDIST) -m "not e2e and not s3 and not cluster"
+
+# A master and a worker started from the pyspark package on 127.0.0.1 (replicator/cluster.py): the mirror
+# job submitted to it, and `replicator jvm-archive`, whose sample run uses one; with them the other tests
+# of Spark applications of their own (`spark-submit`, a second application reading the catalog).
+test-cluster: install ## the tests against a real multi-process Spark standalone cluster
+	$(BIN)/python -m pytest -q -m cluster
 
 # SeaweedFS (Apache-2.0) built once from the Go module proxy (~10 min of 2 cores; needs Go 1.24+) into
-# ~/.cache/replicator/seaweedfs/<version>/weed (replicator/testing/s3server.py), then the `s3` tests.
-test-s3: install ## the tests against a real S3-compatible server (docs/object-storage.md)
+# ~/.cache/replicator/seaweedfs/<version>/weed (replicator/testing/s3server.py), then the `s3` tests (one
+# is the end-to-end pipeline's, with mirrors and state on S3: MariaDB too).
+test-s3: install mariadb ## the tests against a real S3-compatible server (docs/object-storage.md)
 	$(BIN)/python -c "from replicator.testing.s3server import ensure_binary; print(ensure_binary())"
 	$(BIN)/python -m pytest -q -m s3
 
@@ -43,14 +60,22 @@ s3-server: install ## run a SeaweedFS S3 server in the foreground (prints its en
 	$(BIN)/python -m replicator.testing.s3server $(S3_DIR)
 
 test-fast: install ## skip the slow (subprocess / crash) tests
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q $(XDIST) -m "not slow"
 
-# MariaDB from the system's packages where it is missing (Debian/Ubuntu; as root, else through sudo).
-e2e: install ## end to end: MariaDB -> Debezium (Kafka Connect) -> Kafka -> replicator, mirrors = the database
+# MariaDB and PostgreSQL from the system's packages where missing (Debian/Ubuntu; as root, else through sudo).
+mariadb:
 	@command -v mariadbd >/dev/null || test -x /usr/sbin/mariadbd || { \
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq mariadb-server; }
-	$(BIN)/python -m pytest -q -m e2e
+
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || command -v postgres >/dev/null || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql; }
+
+# The pipeline's test with mirrors and state on S3 (marked e2e and s3) runs once, in test-s3.
+e2e: install mariadb postgresql ## end to end: MariaDB, PostgreSQL -> Debezium (Kafka Connect) -> Kafka -> replicator, mirrors = the database
+	$(BIN)/python -m pytest -q -m "e2e and not s3"
 
 lint: install
 	$(BIN)/ruff check replicator tests benchmarks jobs fuzz
@@ -90,6 +115,8 @@ bench: install ## the benchmarks of benchmarks/LOG.md (about 80 minutes); result
 	@# issue 32's catch-up after a bootstrap, and one decode task of it in one process
 	$(BIN)/python benchmarks/throughput.py --events 5000000 --keys 500000 --per-file 50000 --files-per-trigger 10 --full --workdir bench-out/throughput-5m-full
 	$(BIN)/python benchmarks/decode_task.py --workdir bench-out/throughput-5m-full
+	$(BIN)/python benchmarks/uniform.py
+	$(BIN)/python benchmarks/uniform_apply.py --lake bench-out/uniform/lake/shop/accounts
 	$(BIN)/python benchmarks/cluster_cpu.py
 	$(BIN)/python benchmarks/cluster_cpu.py --workdir bench-out/cluster_cpu-driver-options "--driver-java-options=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1" --conf spark.sql.codegen.wholeStage=false
 	$(BIN)/python benchmarks/cluster_cpu.py --workdir bench-out/cluster_cpu-class-archive "--driver-java-options=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1" --conf spark.sql.codegen.wholeStage=false --class-archive
@@ -98,6 +125,7 @@ bench: install ## the benchmarks of benchmarks/LOG.md (about 80 minutes); result
 	$(BIN)/python benchmarks/steady_state.py --keys uniform
 	$(BIN)/python benchmarks/deletion_vectors.py
 	$(BIN)/python benchmarks/many_tables.py
+	$(BIN)/python benchmarks/thousand_tables.py
 	$(BIN)/python benchmarks/latency.py
 	$(BIN)/python benchmarks/kafka_throughput.py
 	$(BIN)/python benchmarks/kafka_latency.py

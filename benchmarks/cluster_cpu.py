@@ -12,12 +12,15 @@ end, when a sample would be missed.
 Not a test; `make bench` runs it and benchmarks/LOG.md reports it.
 
     python benchmarks/cluster_cpu.py [--events 1000000] [--keys 100000] [--per-file 100000]
+    python benchmarks/cluster_cpu.py --light               # ids and three short columns (issue 54, item 5)
+    python benchmarks/cluster_cpu.py --workers 2 --cores 1 # two executors of one core (docs/scaling.md)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import sys
@@ -30,9 +33,28 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
-from workload import run_watched, write_files, write_job  # noqa: E402
+from workload import ES0, message, run_watched, write_files, write_job, write_messages  # noqa: E402
 
 from replicator.cluster import spark_home, standalone  # noqa: E402
+
+
+def write_light(folder: Path, count: int, keys: int, per_file: int) -> None:
+    """Light canal-json messages (an id and three short columns, the shape of issue 54's item 5): inserts
+    of every key, then updates spread over them, one message a line."""
+    types = (
+        {"id": "bigint(20)", "code": "varchar(8)", "qty": "int(11)", "ok": "tinyint(1)"},
+        {"id": -5, "code": 12, "qty": 4, "ok": -6},
+    )
+
+    def messages():  # type: ignore[no-untyped-def]
+        for n in range(count):
+            key = n if n < keys else (n * 7919) % keys
+            data = {"id": str(key), "code": f"c{n % 1000}", "qty": str(n % 977), "ok": str(n % 2)}
+            update = n >= keys
+            old = {"qty": str((n + 1) % 977)} if update else None
+            yield message("UPDATE" if update else "INSERT", data, old, ES0 + n, n, types)
+
+    write_messages(folder, messages(), per_file)
 
 
 def _tree(pid: int) -> list[psutil.Process]:
@@ -107,8 +129,12 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--per-file", type=int, default=100_000)
     parser.add_argument("--workdir", default=str(REPO / "bench-out" / "cluster_cpu"))
+    parser.add_argument("--light", action="store_true", help="light messages: an id and three short columns")
+    parser.add_argument("--workers", type=int, default=1, help="workers, an executor each")
+    parser.add_argument("--cores", type=int, default=2, help="cores of each worker")
     parser.add_argument("--driver-java-options", default="", help="passed to spark-submit as they are")
     parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE, passed to spark-submit")
+    parser.add_argument("--properties-file", help="passed to spark-submit (e.g. conf/spark-defaults.conf)")
     parser.add_argument(
         "--class-archive",
         action="store_true",
@@ -120,6 +146,7 @@ def main() -> None:
         help="submit a trivial application instead (a session, range(10).count()): Spark's own floor",
     )
     args = parser.parse_args()
+    args.load = [round(x, 2) for x in os.getloadavg()]
     if args.class_archive:
         from replicator.spark import class_archive
 
@@ -134,47 +161,63 @@ def main() -> None:
         (workdir / "trivial.py").write_text(TRIVIAL)
         application = [str(workdir / "trivial.py")]
     else:
-        write_files(workdir / "landing", args.events, args.keys, args.per_file)
+        if args.light:
+            write_light(workdir / "landing", args.events, args.keys, args.per_file)
+        else:
+            write_files(workdir / "landing", args.events, args.keys, args.per_file)
         job = write_job(workdir, "bench", 0)
         application = [str(REPO / "jobs" / "mirror.py"), "--config", str(job), "--available-now"]
-    with standalone(workdir / "cluster", memory="6g") as (url, env):
-        worker = psutil.Process(int(env["REPLICATOR_WORKER_PID"]))
-        worker_own, worker_reaped = sum(worker.cpu_times()[:2]), _children_cpu(worker)
-        seen: dict[str, Seen] = {"driver": {}, "worker": {}}
+    memory = "6g" if args.workers == 1 else "3g"
+    with standalone(workdir / "cluster", cores=args.cores, memory=memory, workers=args.workers) as (url, env):
+        workers = [psutil.Process(int(pid)) for pid in env["REPLICATOR_WORKER_PIDS"].split(",")]
+        own = {w.pid: sum(w.cpu_times()[:2]) for w in workers}
+        reaped = {w.pid: _children_cpu(w) for w in workers}
+        seen: dict[str, Seen] = {"driver": {}, **{f"worker-{w.pid}": {} for w in workers}}
         command = [
             str(spark_home() / "bin" / "spark-submit"),
             "--master",
             url,
             "--conf",
-            "spark.executor.memory=4g",
+            f"spark.executor.memory={'4g' if args.workers == 1 else '2g'}",
             *(["--driver-java-options", args.driver_java_options] if args.driver_java_options else []),
             *[part for conf in args.conf for part in ("--conf", conf)],
+            *(["--properties-file", args.properties_file] if args.properties_file else []),
             *application,
         ]
+        roots = {"driver": 0, **{f"worker-{w.pid}": w.pid for w in workers}}
         before = _reaped()
         wall, out, _err = run_watched(
             command,
-            lambda pid, stop: sample({"driver": pid, "worker": worker.pid}, seen, stop),
+            lambda pid, stop: sample({**roots, "driver": pid}, seen, stop),
             cwd=REPO,
             env=env,
         )
         driver = _reaped() - before  # spark-submit's JVM, waited for, with its Python driver
-        _executor_gone(worker)
-        executors = _children_cpu(worker) - worker_reaped + _forked_workers(seen["worker"])
-        worker_jvm = sum(worker.cpu_times()[:2]) - worker_own
+        for worker in workers:
+            _executor_gone(worker)
+        per_executor = [
+            _children_cpu(w) - reaped[w.pid] + _forked_workers(seen[f"worker-{w.pid}"]) for w in workers
+        ]
+        executors = sum(per_executor)
+        worker_jvm = sum(sum(w.cpu_times()[:2]) - own[w.pid] for w in workers)
     driver_sampled = sum(seen["driver"].values())
     driver_python = sum(v for k, v in seen["driver"].items() if k[2].startswith("python"))
-    executors_sampled = sum(v for k, v in seen["worker"].items() if k[0] != worker.pid)
+    executors_sampled = sum(v for w in workers for k, v in seen[f"worker-{w.pid}"].items() if k[0] != w.pid)
     result = {
         "events": 0 if args.trivial else args.events,
         "driver_java_options": args.driver_java_options,
         "conf": args.conf,
+        "properties_file": args.properties_file,
         "wall_s": round(wall, 1),
         "driver_cpu_s": round(driver, 2),
         # The split is sampled (its last moments missed): Python's share, and the rest of the exact total.
         "driver_python_cpu_s": round(driver_python, 1),
         "driver_jvm_cpu_s": round(driver - driver_python, 1),
         "executors_cpu_s": round(executors, 2),
+        "workers": args.workers,
+        "cores": args.cores,
+        "light": args.light,
+        "per_executor_cpu_s": [round(c, 2) for c in per_executor],
         "executor_share": round(executors / (driver + executors), 3),
         "sampled": {  # every process sampled every 0.05 s, as the benchmark counted before
             "driver_cpu_s": round(driver_sampled, 2),
@@ -183,6 +226,7 @@ def main() -> None:
         },
         "worker_daemon_cpu_s": round(worker_jvm, 1),
         "batches": [json.loads(line) for line in out.splitlines() if '"event": "batch"' in line][:3],
+        "load_before": args.load,
     }
     print(json.dumps(result, indent=1))
     (workdir / "result.json").write_text(json.dumps(result, indent=1))

@@ -1,7 +1,7 @@
 """Latency from Kafka: produce time to mirror commit, with a 1 s trigger and 1,000 events/s produced.
 
 A producer thread sends 100 canal-json INSERT messages every 100 ms into a topic of 4 partitions (a broker
-of its own, replicator.broker), each event's ``es`` the wall clock (ms) at which it was produced.
+of its own, replicator.testing.broker), each event's ``es`` the wall clock (ms) at which it was produced.
 ``replicator mirror`` runs continuously with ``trigger.interval: 1 second`` and ``source.type: kafka``.
 Latency per row = the commit time of the Delta version that added it minus its ``_cdc_event_time``
 (benchmarks/latency.py's measure). Reports p50/p95/max after a warm-up, each phase's median over the
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from latency import report, timed_run
 from workload import message, row
 
-from replicator.broker import kafka_broker
+from replicator.testing.broker import kafka_broker
 
 REPO = Path(__file__).resolve().parent.parent
 PARTITIONS = 4

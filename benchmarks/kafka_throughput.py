@@ -1,5 +1,6 @@
-"""Catch-up throughput from Kafka: N canal-json events in a topic of 8 partitions (a broker of its own,
-replicator.broker), mirrored with `mirror --available-now` and ``max_offsets_per_trigger`` for ~500k events
+"""Catch-up throughput from Kafka: N canal-json events in a topic of 8 partitions (a broker of its
+own, replicator.testing.broker), mirrored with `mirror --available-now` and
+``max_offsets_per_trigger`` for ~500k events
 per batch, beside the files source on the same events (same batch size: 10 files of 50k). Reports events/s
 of both and their ratio. Not a test; ``make bench`` runs it, results in benchmarks/LOG.md:
 
@@ -25,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from workload import batch_lines, events, mirror_command, run_watched, write_files, write_job
 
-from replicator.broker import kafka_broker
+from replicator.testing.broker import kafka_broker
 
 REPO = Path(__file__).resolve().parent.parent
 

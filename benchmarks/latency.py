@@ -10,6 +10,7 @@ after a warm-up, each phase's median over the batches and the CPU time per secon
 benchmarks/LOG.md:
 
     python benchmarks/latency.py [--seconds 60] [--rate 1000] [--warmup 15]
+    python benchmarks/latency.py --rate 10000 --tables 100   # issue 54 item 3's many-table case
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from workload import batch_lines, message, row, write_job
 REPO = Path(__file__).resolve().parent.parent
 
 
-def writer(landing: Path, rate: int, stop: threading.Event) -> None:
+def writer(landing: Path, rate: int, stop: threading.Event, tables: int = 1) -> None:
+    """Every 100 ms a file of rate/10 INSERTs of new keys, spread round-robin over ``tables`` tables."""
     key = 0
     rng = random.Random(7)
     per_file = max(1, rate // 10)
@@ -47,13 +49,20 @@ def writer(landing: Path, rate: int, stop: threading.Event) -> None:
         lines = []
         for _ in range(per_file):
             es = int(time.time() * 1000)
-            lines.append(orjson.dumps(message("INSERT", row(rng, key, key), None, es, key)))
+            event = message("INSERT", row(rng, key, key), None, es, key)
+            if tables > 1:
+                event["table"] = table_name(key % tables)
+            lines.append(orjson.dumps(event))
             key += 1
         part = landing / f".part-{key:09d}.jsonl.tmp"
         part.write_bytes(b"\n".join(lines) + b"\n")
         part.rename(landing / f"part-{key:09d}.jsonl")  # appears whole: the file source never sees half
         tick += 0.1
         time.sleep(max(0.0, tick - time.monotonic()))
+
+
+def table_name(n: int) -> str:
+    return f"orders_{n:04d}"
 
 
 def latencies(mirror: Path, warmup_ms: int) -> list[float]:
@@ -103,11 +112,14 @@ def timed_run(
     ``seconds`` (until its event is set) -> the wall clock (ms) the feed started at, the job's log, and the
     CPU time (ms) per second its processes used after ``warmup`` seconds: on a shared machine the
     wall-clock figures move with the others' load, the CPU time much less."""
+    # The job's log into a file, not a pipe: read only at the end, a pipe's 64 KB filled up and blocked
+    # the job (a batch's log line over 100 tables is ~20 KB).
+    log = (work / "job.log").open("w")
     job = subprocess.Popen(
         [sys.executable, "-m", "replicator.commands.cli", "mirror", "--config", "job.yaml"],
         cwd=work,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log,
         text=True,
         start_new_session=True,
     )
@@ -131,10 +143,35 @@ def timed_run(
     stop.set()
     thread.join()
     time.sleep(5)  # the last files or records
+    _drained(work / "state" / "checkpoint", job)  # a job behind the feed finishes its backlog first
     os.killpg(job.pid, signal.SIGTERM)
-    _, err = job.communicate(timeout=120)
+    job.wait(timeout=120)
+    log.close()
+    err = (work / "job.log").read_text()
     measured = max(1.0, seconds - warmup)
     return started_ms, err, {k: round((cpu_to[k] - cpu_from[k]) * 1000 / measured) for k in cpu_to}
+
+
+def _drained(checkpoint: Path, job: subprocess.Popen, timeout: float = 600) -> None:
+    """Wait until every batch Spark planned is committed and none was planned for 3 s (the job has read
+    everything the feed wrote), or ``timeout``."""
+
+    def last(folder: str) -> int:
+        names = [p.name for p in (checkpoint / folder).glob("[0-9]*")]
+        return max((int(n) for n in names if n.isdigit()), default=-1)
+
+    deadline = time.monotonic() + timeout
+    quiet_since = None
+    seen = (-1, -1)
+    while time.monotonic() < deadline and job.poll() is None:
+        now = (last("offsets"), last("commits"))
+        if now != seen or now[0] != now[1]:
+            seen, quiet_since = now, None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= 3:
+            return
+        time.sleep(0.5)
 
 
 def median_phases(batches: list[dict[str, Any]]) -> dict[str, int]:
@@ -150,11 +187,14 @@ def median_phases(batches: list[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
-def report(mirror: Path, warmup_ms: int, err: str, head: dict[str, Any]) -> tuple[dict[str, Any], list[dict]]:
-    """``head`` and the latencies of the mirror's rows after ``warmup_ms`` (p50, p95, max) and the job's
-    batches, and those batches (from its log ``err``)."""
+def report(
+    mirror: Path | list[Path], warmup_ms: int, err: str, head: dict[str, Any]
+) -> tuple[dict[str, Any], list[dict]]:
+    """``head`` and the latencies of the mirror's (or mirrors') rows after ``warmup_ms`` (p50, p95, max)
+    and the job's batches, and those batches (from its log ``err``)."""
     batches = batch_lines(err)
-    values = sorted(latencies(mirror, warmup_ms))
+    mirrors = mirror if isinstance(mirror, list) else [mirror]
+    values = sorted(v for m in mirrors for v in latencies(m, warmup_ms))
     if not values:
         raise SystemExit(f"no events measured; job log:\n{err[-3000:]}")
 
@@ -179,17 +219,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--rate", type=int, default=1000, help="events per second")
     parser.add_argument("--warmup", type=float, default=15, help="seconds of events not counted")
+    parser.add_argument("--tables", type=int, default=1, help="tables the events are spread over")
     parser.add_argument("--workdir", default=str(REPO / "bench-out" / "latency"))
     args = parser.parse_args()
     work = Path(args.workdir)
     shutil.rmtree(work, ignore_errors=True)
     (work / "landing").mkdir(parents=True)
     write_job(work, "latency", trigger="1 second")
-    feed = partial(writer, work / "landing", args.rate)
+    feed = partial(writer, work / "landing", args.rate, tables=args.tables)
     started_ms, err, cpu = timed_run(work, feed, args.seconds, args.warmup)
-    mirror = work / "lake" / "bench" / "orders"
-    head = {"rate": args.rate, "seconds": args.seconds}
-    result, _batches = report(mirror, int(started_ms + args.warmup * 1000), err, head)
+    lake = work / "lake" / "bench"
+    mirrors = [lake / "orders"] if args.tables == 1 else [lake / table_name(n) for n in range(args.tables)]
+    head = {"rate": args.rate, "seconds": args.seconds, "tables": args.tables}
+    result, _batches = report(mirrors, int(started_ms + args.warmup * 1000), err, head)
     result["cpu_ms_per_s"] = cpu  # after the warm-up (a 1 s trigger: about one batch a second)
     print(json.dumps(result, indent=1))
     (work / "result.json").write_text(json.dumps(result, indent=1))

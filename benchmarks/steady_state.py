@@ -13,7 +13,10 @@ files hold narrow key ranges), then ``replicator mirror --available-now`` runs w
 
 Not a test; ``make bench`` runs it, results in benchmarks/LOG.md:
 
-    python benchmarks/steady_state.py [--rows 5000000] [--batches 10] [--events 100000] [--keys hot]
+    python benchmarks/steady_state.py [--rows 5000000] [--batches 10] [--events 100000] [--keys hot] [--s3]
+
+``--s3``: target and state on a local SeaweedFS S3 server (as ``throughput.py --s3``), with the S3
+requests of the mirror run counted per batch.
 """
 
 from __future__ import annotations
@@ -114,13 +117,46 @@ def main() -> None:
         "--deletion-vectors", action="store_true", help="the mirror with target.deletion_vectors: true"
     )
     parser.add_argument("--workdir", default=str(REPO / "bench-out" / "steady-state"))
+    parser.add_argument(
+        "--s3", action="store_true", help="target and state on a local SeaweedFS S3 server (landing local)"
+    )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="with --s3: every request through a recording pass-through (s3trace.py), counted per table",
+    )
     args = parser.parse_args()
-    work = Path(args.workdir) / (args.keys + ("-vectors" if args.deletion_vectors else ""))
+    name = args.keys + ("-vectors" if args.deletion_vectors else "") + ("-s3" if args.s3 else "")
+    work = Path(args.workdir) / name
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    if args.s3:
+        from throughput import s3_server
+
+        with s3_server(work) as (server, prefix):
+            if not args.trace:
+                measure(args, work, prefix, server)
+                return
+            import os
+
+            from s3trace import Trace
+
+            with Trace(server.ports["s3.port"]) as trace:
+                os.environ["AWS_ENDPOINT_URL"] = trace.endpoint
+                measure(args, work, prefix, server, trace)
+        return
+    measure(args, work)
+
+
+def measure(args, work: Path, s3: str | None = None, server=None, trace=None) -> None:  # type: ignore[no-untyped-def]
+    from throughput import s3_requests
+
     job = write_job(work, "steady", files_per_trigger=1)
     if args.deletion_vectors:
         job.write_text(job.read_text().replace("{path: lake}", "{path: lake, deletion_vectors: true}"))
+    if s3:
+        text = job.read_text().replace("{path: lake", f"{{path: {s3}/lake")
+        job.write_text(text.replace("{path: state}", f"{{path: {s3}/state}}"))
     t0 = time.monotonic()
     snapshot(work / "snapshot", args.rows)
     events(work / "landing", args.rows, args.batches, args.events, args.keys)
@@ -128,7 +164,25 @@ def main() -> None:
     loaded, _ = run(
         ["bootstrap", "--config", "job.yaml", "--snapshot", "snapshot/manifest.json", "--no-progress"], work
     )
+    import os
+    import resource
+
+    import psutil
+
+    before = s3_requests(server) if server else {}
+    mark = trace.mark() if trace else 0
+    load = os.getloadavg()[0]
+    server_cpu = psutil.Process(server.process.pid).cpu_times() if server else None
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall, log = run(["mirror", "--config", "job.yaml", "--available-now"], work)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # The mirror command's CPU (its JVM and Python workers are its waited-for descendants), and the S3
+    # server's over the same run (a cost the local-disk run does not have).
+    cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
+    if server_cpu is not None:
+        now = psutil.Process(server.process.pid).cpu_times()
+        server_s = (now.user + now.system) - (server_cpu.user + server_cpu.system)
+    requests = {k: v - before.get(k, 0) for k, v in s3_requests(server).items()} if server else {}
     batches = batch_lines(log)
     per_batch = [
         {
@@ -140,13 +194,40 @@ def main() -> None:
         }
         for b in batches
     ]
+    traced = {}
+    if trace:
+        from collections import Counter
+        from datetime import datetime
+
+        from s3trace import summary
+
+        # The steady batches: the requests from the second batch's end to the last one's, per batch
+        # (the first batch and the job's start load every table once).
+        ends = [datetime.fromisoformat(b["timestamp"].replace("Z", "+00:00")).timestamp() for b in batches]
+        steady = trace.between(ends[1], ends[-1]) if len(ends) > 2 else trace.since(mark)
+        per = len(ends) - 2 if len(ends) > 2 else len(batches)
+        traced = {
+            "all_requests": len(trace.since(mark)),
+            "steady_batches": per,
+            "steady_per_batch": round(len(steady) / max(per, 1), 1),
+            "steady_per_batch_by_table": summary(steady, per),
+            "steady_top_keys": Counter(f"{k} {key}" for k, key in steady).most_common(40),
+        }
     result = {
+        "s3": bool(s3),
+        "traced": traced,
+        "s3_requests": requests,
+        "s3_requests_per_batch": round(sum(requests.values()) / max(len(batches), 1)) if requests else None,
         "rows": args.rows,
         "keys": args.keys,
         "batches": len(batches),
         "events_per_batch": args.events,
         "bootstrap_s": round(loaded, 1),
         "mirror_wall_s": round(wall, 1),
+        "mirror_cpu_s": round(cpu, 1),
+        "s3_server_cpu_s": round(server_s, 1) if server_cpu is not None else None,
+        "load_before": round(load, 1),
+        "load_after": round(os.getloadavg()[0], 1),
         "batch_ms": [p["ms"] for p in per_batch],
         "median_batch_ms": sorted(p["ms"] for p in per_batch)[len(per_batch) // 2] if per_batch else None,
         # A batch's duration_ms overlaps the next one's (its apply runs behind the next decode): the time

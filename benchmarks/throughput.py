@@ -171,16 +171,7 @@ def s3_server(workdir: Path):  # type: ignore[no-untyped-def]
 
 def s3_requests(server) -> dict[str, int]:  # type: ignore[no-untyped-def]
     """The S3 gateway's request counts by action, from its Prometheus metrics."""
-    import re
-    import urllib.request
-
-    text = urllib.request.urlopen(f"http://127.0.0.1:{server.ports['metricsPort']}/metrics").read().decode()
-    counts: dict[str, int] = {}
-    for line in text.splitlines():
-        match = re.match(r'SeaweedFS_s3_request_total\{.*?type="(\w+)".*?\} (\S+)', line)
-        if match:
-            counts[match.group(1)] = counts.get(match.group(1), 0) + int(float(match.group(2)))
-    return counts
+    return server.request_counts()
 
 
 def measure(args, workdir: Path, s3: str | None = None, server=None) -> None:  # type: ignore[no-untyped-def]

@@ -91,18 +91,26 @@ def events(count: int, keys: int, seed: int = 7, full: bool = False) -> Iterator
             yield message("INSERT", current[key], None, es, n)
 
 
-def message(kind: str, data: dict[str, Any], old: dict[str, Any] | None, es: int, n: int) -> dict[str, Any]:
+def message(
+    kind: str,
+    data: dict[str, Any],
+    old: dict[str, Any] | None,
+    es: int,
+    n: int,
+    types: tuple[dict[str, str], dict[str, int]] = (TYPES, SQL_TYPES),
+) -> dict[str, Any]:
+    """A canal-json message of table bench.orders; ``types``: its mysqlType and sqlType maps."""
     return {
         "data": [data],
         "database": "bench",
         "es": es,
         "id": n,
         "isDdl": False,
-        "mysqlType": TYPES,
+        "mysqlType": types[0],
         "old": [old] if old is not None else None,
         "pkNames": ["id"],
         "sql": "",
-        "sqlType": SQL_TYPES,
+        "sqlType": types[1],
         "table": "orders",
         "ts": es + 5,
         "type": kind,
@@ -112,10 +120,15 @@ def message(kind: str, data: dict[str, Any], old: dict[str, Any] | None, es: int
 def write_files(
     folder: Path, count: int, keys: int, per_file: int = 100_000, full: bool = False
 ) -> list[Path]:
+    return write_messages(folder, events(count, keys, full=full), per_file)
+
+
+def write_messages(folder: Path, messages: Iterator[dict[str, Any]], per_file: int) -> list[Path]:
+    """``messages`` as JSON lines in files of ``per_file`` (part-00000.jsonl, ...)."""
     folder.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
     handle = None
-    for n, message in enumerate(events(count, keys, full=full)):
+    for n, message in enumerate(messages):
         if n % per_file == 0:
             if handle:
                 handle.close()
