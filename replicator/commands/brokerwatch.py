@@ -29,6 +29,7 @@ class BrokerWatch:
         self.timeout = timeout
         self.every = every
         self._stop = threading.Event()
+        self._saying = threading.Lock()  # held while a warning is written: stop() waits for it
         self._thread = threading.Thread(target=self._watch, name="broker-watch", daemon=True)
         self.unreachable = False
 
@@ -37,22 +38,31 @@ class BrokerWatch:
         return self
 
     def stop(self) -> None:
-        self._stop.set()
+        """No warning is written once this returns (a check under way may still end, unsaid): the run's
+        last line stays last."""
+        with self._saying:
+            self._stop.set()
 
     def _watch(self) -> None:
         while not self._stop.is_set():
             error = self.check()
-            if error is not None:
-                self.unreachable = True
-                log.warning(
-                    "the Kafka brokers cannot be reached: nothing is read until they answer",
-                    bootstrap_servers=self.servers,
-                    error=error,
-                )
-            elif self.unreachable:
-                self.unreachable = False
-                log.warning("the Kafka brokers answer again", bootstrap_servers=self.servers)
+            with self._saying:
+                if self._stop.is_set():
+                    return
+                self._say(error)
             self._stop.wait(self.every)
+
+    def _say(self, error: str | None) -> None:
+        if error is not None:
+            self.unreachable = True
+            log.warning(
+                "the Kafka brokers cannot be reached: nothing is read until they answer",
+                bootstrap_servers=self.servers,
+                error=error,
+            )
+        elif self.unreachable:
+            self.unreachable = False
+            log.warning("the Kafka brokers answer again", bootstrap_servers=self.servers)
 
     def check(self) -> str | None:
         """None when a broker answered a metadata request within the timeout, else why not."""

@@ -23,6 +23,7 @@ from replicator.logging import configure, get_logger
 from replicator.model import table_label
 
 if TYPE_CHECKING:
+    from replicator.commands.brokerwatch import BrokerWatch
     from replicator.commands.joblock import JobLock
 
 
@@ -42,13 +43,13 @@ def _mirror(args: argparse.Namespace) -> int:
 
         watch = BrokerWatch(config.source.kafka).start()  # brokers that do not answer: said from the start
     try:
-        return _run_mirror(args, config)
+        return _run_mirror(args, config, watch)
     finally:
         if watch is not None:
             watch.stop()
 
 
-def _run_mirror(args: argparse.Namespace, config: JobConfig) -> int:
+def _run_mirror(args: argparse.Namespace, config: JobConfig, watch: BrokerWatch | None = None) -> int:
     import gc
     import threading
 
@@ -78,6 +79,8 @@ def _run_mirror(args: argparse.Namespace, config: JobConfig) -> int:
         code = job.run(available_now=args.available_now, checked=True)
     finally:
         job.engine.close()  # (drained by run) its apply and change-log threads end before the process does
+        if watch is not None:
+            watch.stop()  # no warning of its after the run's last lines
     if job.interrupted:  # what it applied is counted (--available-now), and where it stopped said once
         if args.available_now:
             from replicator.commands.outcome import summarize
