@@ -9,6 +9,9 @@ benchmarks/LOG.md ("A thousand tables"):
 
     python benchmarks/thousand_tables.py [--tables 1000] [--events 100000] [--profile 1]
 
+``--steps``: one apply lane (``engine.LANES = 1``, so that wall time is a table's own) and the wall time
+of each applier step (TableApplier, DeltaRsWriter methods, the kept handle's update) summed per batch.
+
 ``--profile B``: batch B's driver profile (yappi, CPU clock, every thread; ``pip install yappi``) to
 bench-out/thousand-tables/profile-B.pstat, read with ``python -m pstats``.
 """
@@ -62,7 +65,54 @@ def children_cpu() -> float:
     return total
 
 
-def run(spark, work: Path, tables: int, count: int, profile: int | None) -> list[dict]:  # type: ignore[no-untyped-def]
+STEPS = {
+    "replicator.apply.table:TableApplier": [
+        "run",
+        "prepare_rows",
+        "typed",
+        "guard",
+        "update_tombstones",
+        "ensure_table",
+        "commit_rows",
+    ],
+    "replicator.sinks.delta_rs:DeltaRsWriter": ["merge_guarded", "exists", "applied_version", "schema"],
+    "replicator.sinks.delta_rs": ["handle"],
+}
+
+
+def timed_steps() -> dict[str, list[float]]:
+    """Wrap the STEPS with wall-time counters ({name: [seconds, calls]}), one apply lane."""
+    import importlib
+
+    import replicator.engine
+
+    replicator.engine.LANES = 1
+    spent: dict[str, list[float]] = {}
+
+    def wrap(owner, name: str, label: str):  # type: ignore[no-untyped-def]
+        inner = getattr(owner, name)
+
+        def timed(*args, **kwargs):  # type: ignore[no-untyped-def]
+            start = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                entry = spent.setdefault(label, [0.0, 0])
+                entry[0] += time.perf_counter() - start
+                entry[1] += 1
+
+        setattr(owner, name, timed)
+
+    for where, names in STEPS.items():
+        module, _, cls = where.partition(":")
+        owner = importlib.import_module(module)
+        owner = getattr(owner, cls) if cls else owner
+        for name in names:
+            wrap(owner, name, f"{cls or module}.{name}")
+    return spent
+
+
+def run(spark, work: Path, tables: int, count: int, profile: int | None, spent=None) -> list[dict]:  # type: ignore[no-untyped-def]  # type: ignore[no-untyped-def]
     from replicator.config import parse_config
     from replicator.engine import Engine
     from replicator.sources import file_list
@@ -90,6 +140,8 @@ def run(spark, work: Path, tables: int, count: int, profile: int | None) -> list
 
             yappi.set_clock_type("cpu")
             yappi.start()
+        if spent is not None:
+            spent.clear()
         cpu, wall, kids = time.process_time(), time.monotonic(), children_cpu()
         summary = engine.process_files(file_list([work / "landing" / name]), batch_id, spark)
         cpu, wall, kids = time.process_time() - cpu, time.monotonic() - wall, children_cpu() - kids
@@ -109,6 +161,10 @@ def run(spark, work: Path, tables: int, count: int, profile: int | None) -> list
                 "rows_copied": sum(t["rows_copied"] for t in summary.tables.values()),
             }
         )
+        if spent is not None:
+            out[-1]["steps_s"] = {
+                k: [round(v[0], 3), v[1]] for k, v in sorted(spent.items(), key=lambda i: -i[1][0])
+            }
         print(json.dumps(out[-1]), flush=True)
     engine.close()
     return out
@@ -119,18 +175,21 @@ def main() -> None:
     parser.add_argument("--tables", type=int, default=1000)
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--profile", type=int, default=None, help="profile batch 0 (new) or 1 (existing)")
+    parser.add_argument("--steps", action="store_true", help="one apply lane, wall time per applier step")
     parser.add_argument("--only", choices=["one", "many"], default=None, help="skip the other run")
     parser.add_argument("--workdir", default=str(REPO / "bench-out" / "thousand-tables"))
     args = parser.parse_args()
     from replicator.spark import get_spark
 
+    spent = timed_steps() if args.steps else None
     spark = get_spark()
     root = Path(args.workdir).resolve()
     results = []
     for tables in (1, args.tables):
         if args.only == ("many" if tables == 1 else "one"):
             continue
-        results += run(spark, root / f"t{tables}", tables, args.events, args.profile if tables > 1 else None)
+        profile = args.profile if tables > 1 else None
+        results += run(spark, root / f"t{tables}", tables, args.events, profile, spent)
     (root / "result.json").write_text(json.dumps(results, indent=1))
 
 

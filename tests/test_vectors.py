@@ -4,6 +4,7 @@ vectors Spark wrote are read back; tables it must not write are left to the MERG
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from pathlib import Path
@@ -106,18 +107,24 @@ def test_every_batch_gives_the_mirror_the_merge_gives(tmp_path_factory, batches,
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(batches=st.lists(changes, min_size=1, max_size=6), ties=st.booleans())
-def test_a_small_batch_rewritten_in_arrow_gives_the_mirror_the_merge_gives(tmp_path_factory, batches, ties):
+@given(batches=st.lists(changes, min_size=1, max_size=6), ties=st.booleans(), held=st.booleans())
+def test_a_small_batch_rewritten_in_arrow_gives_the_mirror_the_merge_gives(
+    tmp_path_factory, batches, ties, held
+):
     """A batch of at most DeltaRsWriter.small_rows rows is not planned by delta-rs's MERGE (~25 ms of driver
     CPU a table) but rewritten in Arrow: the same mirror, counts and app transactions, and a checkpoint at
-    every delta.checkpointInterval-th version as delta-rs's own commits write."""
+    every delta.checkpointInterval-th version as delta-rs's own commits write. ``held``: each batch within
+    the writer's ``held()``, as a table's apply runs (its handle read once, its app transaction asked
+    first)."""
     folder = tmp_path_factory.mktemp("small")
     every = {"delta.checkpointInterval": "3"}
     merged, small = Merging(folder / "merge", every), DeltaRsWriter(folder / "small", every)
     for writer in (merged, small):
         writer.create(SCHEMA)
     for number, found in enumerate(batches):
-        merges_alike(merged, small, found, KEY, number, ties)
+        with small.held() if held else contextlib.nullcontext():
+            assert small.applied_version("job") == (number - 1 if number else None)
+            merges_alike(merged, small, found, KEY, number, ties)
     assert own_merges(folder / "small", "rewrite") == len(batches)
     checkpoints = {int(p.name[:20]) for p in (folder / "small" / "_delta_log").glob("*.checkpoint.parquet")}
     assert checkpoints == {v for v in range(1, len(batches) + 1) if v % 3 == 0}
