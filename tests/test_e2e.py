@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from replicator.testing.broker import kafka_broker
-from replicator.testing.e2e import connector_settings, kafka_connect, mariadb
+from replicator.testing.e2e import EXACT, connector_settings, kafka_connect, mariadb
 from tests import e2e_workload as w
 from tests.helpers import job
 
@@ -159,7 +159,7 @@ def _capture(connection, server, broker, tmp_path, rng, database, prefix):
         broker,
         prefix,
         database,
-        **{"skipped.operations": "none", "bigint.unsigned.handling.mode": "precise"},
+        **EXACT,
     )
     with kafka_connect(tmp_path / "connect", broker, settings):
         for _ in w.stream(connection, rng, database):
@@ -284,7 +284,7 @@ def test_faults_kill_the_mirror_restart_the_connector_replay(spark, server, brok
             broker,
             prefix,
             database,
-            **{"skipped.operations": "none", "bigint.unsigned.handling.mode": "precise"},
+            **EXACT,
         )
         # Offsets flushed only on a clean stop: the kill -9 below loses them, so the restarted connector
         # publishes again what it had published (a new snapshot: DROP/CREATE and every row), which the

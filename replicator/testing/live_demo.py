@@ -24,7 +24,7 @@ from pathlib import Path
 
 from replicator.testing.broker import kafka_broker
 from replicator.testing.broker import stop as stop_process
-from replicator.testing.e2e import connector_settings, kafka_connect, mariadb
+from replicator.testing.e2e import EXACT, connector_settings, kafka_connect, mariadb
 
 DATABASE, PREFIX = "shop", "live"
 STATUSES = ("new", "paid", "shipped")
@@ -140,7 +140,7 @@ def run(folder: Path, seconds: float | None, pause: float, mirror_log: Path | No
             broker,
             PREFIX,
             DATABASE,
-            **{"skipped.operations": "none", "bigint.unsigned.handling.mode": "precise"},
+            **EXACT,
         )
         connect = stack.enter_context(kafka_connect(folder / "connect", broker, settings))
         job.write_text(JOB.format(servers=broker.bootstrap_servers, prefix=PREFIX, database=DATABASE))

@@ -245,6 +245,16 @@ def canal_at(es: int, id_: int) -> dict[str, Any]:
 INIT_ROWS = [product(*row) for row in CATALOGUE]
 INIT_ROWS[0]["other"] = "val1"  # a column mysqlType does not name: kept, as text
 INIT_ROWS[5]["description"] = None  # "description": null in the INIT row of 106
+# One UPDATE statement over two rows: one message, its data[] and old[] parallel arrays.
+MULTIROW_UPDATE = [
+    {"op": "update", **PRODUCTS}
+    | {"before": product(i, name, description, old), "after": product(i, name, description, 5.17)}
+    | canal_at(1589373753000, 11)
+    for i, name, description, old in [
+        (101, "scooter", "Small 2-wheel scooter", 3.14),
+        (102, "car battery", "12V car battery", 8.1),
+    ]
+]
 CANAL: dict[str, list[dict[str, Any]]] = {
     "vector-insert-multirow__flink-testdata.json": [
         {"op": "insert", **PRODUCTS, "after": product(*row)} | canal_at(1589373515000, 3) for row in CATALOGUE
@@ -264,15 +274,7 @@ CANAL: dict[str, list[dict[str, Any]]] = {
         | {"after": product(106, "hammer", "18oz carpenter hammer", 1.0, other="val0")}
         | canal_at(1589373546000, 4)
     ],
-    "vector-update-multirow__flink-testdata.json": [  # data[] and old[] are parallel arrays
-        {"op": "update", **PRODUCTS}
-        | {"before": product(i, name, description, old), "after": product(i, name, description, 5.17)}
-        | canal_at(1589373753000, 11)
-        for i, name, description, old in [
-            (101, "scooter", "Small 2-wheel scooter", 3.14),
-            (102, "car battery", "12V car battery", 8.1),
-        ]
-    ],
+    "vector-update-multirow__flink-testdata.json": MULTIROW_UPDATE,  # data[] and old[] are parallel arrays
     "vector-delete__flink-testdata.json": [  # a DELETE's row is in data
         {"op": "delete", **PRODUCTS, "before": product(111, "scooter", "Big 2-wheel scooter ", 5.17)}
         | canal_at(1589373563000, 10)
@@ -318,15 +320,7 @@ CANAL_INIT_STREAM = [
     | {"after": {**SCOOTER_111, "weight": 5.17}}
     | canal_at(1589373560000, 9),
     {"op": "delete", **PRODUCTS, "before": {**SCOOTER_111, "weight": 5.17}} | canal_at(1589373563000, 10),
-    *(
-        {"op": "update", **PRODUCTS}
-        | {"before": product(i, name, description, old), "after": product(i, name, description, 5.17)}
-        | canal_at(1589373753000, 11)
-        for i, name, description, old in [
-            (101, "scooter", "Small 2-wheel scooter", 3.14),
-            (102, "car battery", "12V car battery", 8.1),
-        ]
-    ),
+    *MULTIROW_UPDATE,
     {"op": "ddl", "database": "inventory", "table": "user02", "primary_key": []}
     | canal_at(1589373566000, 13),
     *(
