@@ -281,6 +281,44 @@ def group_counts(events: pa.Table) -> pa.Table:
     return frame.group_by(keys, use_threads=False).aggregate([("first", "sum"), ("first", "count")])
 
 
+def compact_groups(parts: list[pa.Table]) -> list[pa.Table]:
+    """A task's :func:`group_counts` parts summed into one (a row per table, op, ok and key names): each
+    slice of 10,000 events adds a row per table in it, and a task over many tables would hand the driver
+    every slice's."""
+    if len(parts) < 2:
+        return parts
+    keys = ["database", "schema", "table", "op", "ok", "pk"]
+    summed = (
+        payload.concat(parts)
+        .group_by(keys, use_threads=False)
+        .aggregate([("first_sum", "sum"), ("first_count", "sum")])
+    )
+    return [summed.rename_columns([*keys, "first_sum", "first_count"])]
+
+
+def compact_types(parts: list[pa.Table]) -> list[pa.Table]:
+    """A task's :func:`type_counts` parts as one (a row per table and type map, its first and last seq):
+    what :func:`merge_types` reads of them, a row per table and slice fewer."""
+    if len(parts) < 2:
+        return parts
+    names = ["database", "schema", "table", "type_key"]
+    spans = (
+        payload.concat(parts)
+        .group_by(names, use_threads=False)
+        .aggregate([("seq_text_min", "min"), ("seq_text_max", "max")])
+    )
+    return [spans.rename_columns([*names, "seq_text_min", "seq_text_max"])]
+
+
+# Slices' small results a task keeps before it compacts them (compact_groups, compact_types).
+COMPACT_PARTS = 64
+# A task's small results larger than this go to the driver as a file in the batch's folder
+# (payload.to_files), not through Spark's result collection: the executor's JVM puts a task's result rows
+# in one Arrow batch whose buffer doubles as it grows, in direct memory (512 MB by default; a 1M-event
+# task over 10,000 tables failed allocating 512 MB for its 260 MB of type maps, measured).
+RESULT_BYTES = 32 << 20
+
+
 def type_counts(dml: pa.Table) -> pa.Table:
     """Per (table, type map): the first and last seq that carried it (engine.merge_types merges them).
 
@@ -354,11 +392,23 @@ CHANGELOG_PARQUET = {
 }
 
 
+# A table's change-log file whose first write holds fewer events than this is written with snappy.
+SMALL_CHANGELOG_ROWS = 1_000
+SMALL_CHANGELOG_PARQUET = {**CHANGELOG_PARQUET, "compression": "snappy"}
+
+
 class ChangelogFiles:
     """The change log's Parquet files of one task: one open file per (database, table), committed by the
     driver in one Delta transaction (state.State.commit_changelog)."""
 
-    def __init__(self, root: str, batch_id: int, flush_rows: int = 30_000) -> None:
+    def __init__(
+        self,
+        root: str,
+        batch_id: int,
+        flush_rows: int = 30_000,
+        rows_per_table: int = 100,
+        flush_bytes: int = 256 << 20,
+    ) -> None:
         from pyarrow import fs
 
         self.filesystem, self.base = fs.FileSystem.from_uri(payload.folder_uri(root))
@@ -369,10 +419,18 @@ class ChangelogFiles:
         # Slices kept until they hold ``flush_rows`` events, then written a table at a time: each write is
         # a row group of ~20 columns, ~3 ms whatever its rows, and a slice of 10,000 events over 1,000
         # tables made 1,000 of them (30 of a decode task's 64 CPU-s; benchmarks/LOG.md, "A thousand
-        # tables"). The bound keeps a task's memory to a few slices.
+        # tables").
         self.flush_rows = flush_rows
+        # ... and ``rows_per_table`` events a table on average, or ``flush_bytes`` of them (the bound on a
+        # task's memory): a row group costs ~0.4 ms however few its rows, and a task of 1M events over
+        # 10,000 tables wrote 340,000 of them (190 of its 225 CPU-s, measured); one flush at 100 events a
+        # table writes 10,000. One table's slices are written every ``flush_rows`` events, as before.
+        self.rows_per_table = rows_per_table
+        self.flush_bytes = flush_bytes
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
+        self._pending_bytes = 0
+        self._pending_tables: set[tuple[str | None, str | None]] = set()
 
     def write(self, events: pa.Table) -> None:
         import pyarrow as pa
@@ -382,9 +440,18 @@ class ChangelogFiles:
         if events.num_rows == 0:
             return
         kept = [f for f in CHANGELOG_SCHEMA if f.name != "batch_id"]  # (in one schema: concatenated later)
-        self._pending.append(pa.table([events[f.name].cast(f.type) for f in kept], schema=pa.schema(kept)))
-        self._pending_rows += events.num_rows
-        if self._pending_rows >= self.flush_rows:
+        rows = pa.table([events[f.name].cast(f.type) for f in kept], schema=pa.schema(kept))
+        self._pending.append(rows)
+        self._pending_rows += rows.num_rows
+        self._pending_bytes += rows.nbytes
+        pairs = rows.select(["database", "table"]).group_by(["database", "table"], use_threads=False)
+        pairs = pairs.aggregate([])
+        names = (pairs["database"].to_pylist(), pairs["table"].to_pylist())
+        self._pending_tables.update(zip(*names, strict=True))
+        if self._pending_rows >= self.flush_rows and (
+            self._pending_rows >= self.rows_per_table * len(self._pending_tables)
+            or self._pending_bytes >= self.flush_bytes
+        ):
             self._flush()
 
     def _flush(self) -> None:
@@ -398,7 +465,8 @@ class ChangelogFiles:
         if not self._pending:
             return
         events = pa.concat_tables(self._pending)
-        self._pending, self._pending_rows = [], 0
+        self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
+        self._pending_tables = set()
         data_schema = pa.schema([f for f in CHANGELOG_SCHEMA if f.name not in ("database", "table")])
         # One file per (database, table) pair, grouped by value: names may hold any character (a NUL, a
         # newline), so no joined text key. The rows in pair order by one take of the grouping's indexes
@@ -433,7 +501,10 @@ class ChangelogFiles:
                     # object per level, 5 PUTs and 2 HEADs a table each batch on S3, measured)
                     self.filesystem.create_dir(os.path.dirname(f"{self.base}/{relative}"), recursive=True)
                 sink = self.filesystem.open_output_stream(f"{self.base}/{relative}")
-                entry = (pq.ParquetWriter(sink, data_schema, **CHANGELOG_PARQUET), relative, [0], sink)
+                # zstd's context costs ~0.26 ms a column chunk: a file of a few rows is written with snappy
+                # (0.43 -> 0.17 ms a row group, measured), a few bytes larger
+                options = CHANGELOG_PARQUET if length >= SMALL_CHANGELOG_ROWS else SMALL_CHANGELOG_PARQUET
+                entry = (pq.ParquetWriter(sink, data_schema, **options), relative, [0], sink)
                 self.writers[(database, table)] = entry
             writer, _relative, count, _sink = entry
             batch_ids = pa.repeat(pa.scalar(self.batch_id, pa.int64()), rows.num_rows)
@@ -564,6 +635,8 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
                 if noticed is not None:
                     notices.append(noticed)
                 groups.append(group_counts(events))
+                if len(groups) >= COMPACT_PARTS:
+                    groups = compact_groups(groups)
                 ok = pc.is_null(events["error"])
                 if not pc.all(ok).as_py():
                     dead.append(events.filter(pc.invert(ok)).select(list(DEAD_COLUMNS)))
@@ -578,6 +651,8 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
                 dml = keep(kept, pc.is_in(kept["op"], pa.array(DML_OPS)))
                 if dml.num_rows:
                     types.append(type_counts(dml))
+                    if len(types) >= COMPACT_PARTS:
+                        types = compact_types(types)
                 if changelog is not None:
                     changelog.write(kept)
                 if dml.num_rows:
@@ -591,13 +666,17 @@ def decode_partition(plan: DecodePlan, batches: Iterable[pa.RecordBatch]) -> Ite
                 manifest.append(part)
     yield from payload.rows([("events", 0, cached.close())])  # the index of the task's event file
     small = [
-        ("groups", groups),
-        ("types", types),
+        ("groups", compact_groups(groups)),
+        ("types", compact_types(types)),
         ("barriers", barriers),
         ("manifest", manifest),
         ("notices", notices),
     ]
-    yield from payload.rows((kind, 0, payload.concat(parts)) for kind, parts in small if parts)
+    results = [(kind, 0, payload.concat(parts)) for kind, parts in small if parts]
+    if sum(table.nbytes for _kind, _bucket, table in results) > RESULT_BYTES:
+        yield from payload.to_files(plan.spill, results)
+    else:
+        yield from payload.rows(results)
     if dead:  # with their raw bytes: a batch of bad records is as large as the batch
         items = [("dead", 0, payload.concat(dead))]
         yield from payload.to_files(plan.spill, items)

@@ -27,10 +27,14 @@ def events(pairs: list[tuple[str | None, str | None]]) -> pa.Table:
 @given(
     slices=st.lists(st.lists(st.sampled_from(NAMES), max_size=40), min_size=1, max_size=4),
     flush_rows=st.sampled_from([1, 7, 30_000]),  # every slice written at once, some kept, all kept
+    rows_per_table=st.sampled_from([0, 3, 100]),  # the events a table the slices kept must hold first
+    flush_bytes=st.sampled_from([1, 256 << 20]),  # ... unless they hold this many bytes
 )
-def test_each_pair_gets_its_own_events_in_order(tmp_path_factory, slices, flush_rows):
+def test_each_pair_gets_its_own_events_in_order(
+    tmp_path_factory, slices, flush_rows, rows_per_table, flush_bytes
+):
     root = tmp_path_factory.mktemp("changelog")
-    files = ChangelogFiles(str(root), 3, flush_rows)
+    files = ChangelogFiles(str(root), 3, flush_rows, rows_per_table, flush_bytes)
     expected: dict[tuple[str | None, str | None], list[str]] = {}
     for number, pairs in enumerate(slices):
         table = events(pairs)

@@ -97,3 +97,87 @@ def test_column_sets_count_a_table_s_distinct_columns_not_their_order_or_types()
         ("d", None, "t"): 2,
         ("d", None, "u"): 1,
     }
+
+
+span_rows = st.lists(
+    st.tuples(
+        st.sampled_from(["shop", "crm"]),
+        st.sampled_from([None, "public"]),
+        st.sampled_from(["orders", "items"]),
+        st.sampled_from(["id\x1ename", "id\x1fname\x1ebigint\x1ftext"]),
+        st.text("0123456789.", min_size=1, max_size=6),
+        st.text("0123456789.", min_size=1, max_size=6),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(parts=st.lists(span_rows, min_size=0, max_size=5))
+def test_a_task_s_type_counts_compacted_merge_as_they_were(parts):
+    """``decode.compact_types`` (a task's slices' type maps as one row per table and map, so that a task
+    over many tables does not send a row per table and slice): what the driver merges of it
+    (``merge_types``) and the column sets it counts are those of the parts."""
+    # a part is one slice's type_counts: a row per table and map
+    parts = [list({r[:4]: r for r in part}.values()) for part in parts]
+    tables = [
+        pa.table(
+            {
+                name: pa.array([r[i] for r in part], pa.string())
+                for i, name in enumerate(
+                    ["database", "schema", "table", "type_key", "seq_text_min", "seq_text_max"]
+                )
+            }
+        )
+        for part in parts
+    ]
+    compacted = decode.compact_types(tables)
+    assert len(compacted) <= 1
+    assert decode.merge_types(compacted) == decode.merge_types(tables)
+    assert decode.column_sets(compacted) == decode.column_sets(tables)
+    if compacted:
+        keys = {(r[0], r[1], r[2], r[3]) for part in parts for r in part}
+        assert compacted[0].num_rows == len(keys)
+
+
+group_rows = st.lists(
+    st.tuples(
+        st.sampled_from(["shop", None]),
+        st.sampled_from(["orders", "items", None]),
+        st.sampled_from(["insert", "update", "filtered"]),
+        st.booleans(),
+        st.sampled_from(["id", "id\x1fline", None]),
+        st.integers(0, 1000),
+        st.integers(0, 1000),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(parts=st.lists(group_rows, min_size=0, max_size=5))
+def test_a_task_s_group_counts_compacted_merge_as_they_were(parts):
+    """``decode.compact_groups``: the batch summary the driver makes of it (``merge_groups``: events,
+    records and the longest key per table, op and outcome) is that of the parts."""
+    tables = [
+        pa.table(
+            {
+                "database": pa.array([r[0] for r in part], pa.string()),
+                "schema": pa.nulls(len(part), pa.string()),
+                "table": pa.array([r[1] for r in part], pa.string()),
+                "op": pa.array([r[2] for r in part], pa.string()),
+                "ok": pa.array([r[3] for r in part], pa.bool_()),
+                "pk": pa.array([r[4] for r in part], pa.string()),
+                "first_sum": pa.array([r[5] for r in part], pa.int64()),
+                "first_count": pa.array([r[6] for r in part], pa.int64()),
+            }
+        )
+        for part in parts
+    ]
+    compacted = decode.compact_groups(tables)
+    assert len(compacted) <= 1
+
+    def summary(parts):  # (the order of merge_groups' rows follows the parts')
+        return sorted(decode.merge_groups(parts), key=repr)
+
+    assert summary(compacted) == summary(tables)
