@@ -288,3 +288,42 @@ def test_map_without_keeps_the_other_entries_in_order(rows, start, names):
     maps = pa.array([None] * start + rows, pa.map_(pa.string(), pa.string())).slice(start)
     got = map_without(maps, names).to_pylist()
     assert got == [[(k, v) for k, v in row or [] if k not in names] for row in rows]
+
+
+def test_a_fold_task_sends_many_tables_net_changes_together(monkeypatch, tmp_path) -> None:
+    """A fold task (``fold_buckets``, in this process as a Python worker runs it) sends the untyped net
+    changes of many tables together, a file per ``FOLDED_ROWS`` of them (a file per table cost ~8 ms a
+    table), and the driver's split of them by table (``_by_table``) keeps what one fold keeps."""
+    from replicator import payload
+    from replicator.fold import FOLDED_ROWS, _by_table, fold_buckets
+
+    assert FOLDED_ROWS >= 10_000
+    monkeypatch.setattr("replicator.fold.FOLDED_ROWS", 7)
+    sent = []
+    for n in range(60):  # 12 tables, a key or two each, with updates
+        sent.append(canal("INSERT", [order(n % 2, name=f"v{n}")], es=n + 1, table=f"t{n % 12:02d}"))
+    events = decode(raw_records(sent), "canal-json", sort_keys=True).select(list(FOLD_COLUMNS))
+    tables = [("shop", None, f"t{i:02d}") for i in range(12)]
+    expected = dict(fold(events, {t: ["id"] for t in tables}, ()))
+    out = exchange.EventFile(str(tmp_path / "events"))
+    for bucket, secondary, rows in exchange.split(events, 2):
+        out.write(bucket, secondary, rows)
+    listing = out.close()
+    plan = FoldPlan(
+        keys=tuple((t, ("id",)) for t in tables), barriers=(), buckets=2, events=events.num_rows,
+        spill=str(tmp_path / "spill"), tasks=1,
+    )  # fmt: skip
+    whole = listing.filter(pc.invert(listing["secondary"]))
+    batches = payload.rows([("listing", exchange.UNBUCKETED, whole)])
+    sent_back = list(fold_buckets(plan, batches))
+    kinds = [k for b in sent_back for k in b["kind"].to_pylist()]
+    assert kinds and set(kinds) == {"folded" + payload.IN_FILE}
+    assert len(kinds) < len(tables)  # together, not a file per table
+    parts: dict[str, list[pa.Table]] = {"folded": [], "typed": [], "written": [], "keyless": []}
+    for kind, _bucket, table in payload.items(sent_back):
+        parts[kind].append(table)
+    got, files, keyless = _by_table(parts)
+    assert files == {} and keyless is None
+    assert set(got) == set(expected)
+    for table in tables:
+        assert net(got[table]) == net(expected[table])

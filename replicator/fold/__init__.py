@@ -45,6 +45,8 @@ DRIVER_BATCH = 10_000
 # (fold_tasks).
 EVENTS_PER_TASK = 125_000
 EVENTS_PER_TABLE = 5_000
+# Untyped net changes a fold task sends together (fold_buckets), of one table or many.
+FOLDED_ROWS = 50_000
 
 
 @dataclass(frozen=True)
@@ -123,13 +125,32 @@ def _group_events(plan: FoldPlan, group: int, listing: pa.Table) -> pa.Table | N
 
 def fold_buckets(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """One task: its buckets' events, folded at once -> the net changes of the keys in its buckets, with
-    their table's identity (written to the batch's folder when it has one)."""
+    their table's identity (written to the batch's folder when it has one).
+
+    The untyped net changes of many tables go out together, a file (or payload row) per ``FOLDED_ROWS``
+    of them: a file per table cost ~8 ms a table between this task and the driver's reading it (a 1M-event
+    batch over 10,000 tables spent 87 s in its fold, measured)."""
     payload.freeze_heap()
-    for kind, net in fold_listings(plan, ((group, listing) for _k, group, listing in payload.items(batches))):
+
+    def out(kind: str, net: pa.Table) -> Iterator[pa.RecordBatch]:
         if plan.spill is None or kind in ("written", "keyless"):  # small: Spark's results carry them
-            yield from payload.rows([(kind, 0, net)])
-        else:
-            yield from payload.to_files(plan.spill, [(kind, 0, net)])
+            return payload.rows([(kind, 0, net)])
+        return payload.to_files(plan.spill, [(kind, 0, net)])
+
+    pending: list[pa.Table] = []  # folded net changes of tables, not yet sent
+    rows = 0
+    for kind, net in fold_listings(plan, ((group, listing) for _k, group, listing in payload.items(batches))):
+        if kind != "folded":
+            yield from out(kind, net)
+            continue
+        pending.append(net)
+        rows += net.num_rows
+        if rows >= FOLDED_ROWS:
+            yield from out(kind, payload.concat(pending))
+            pending, rows = [], 0
+    if pending:
+        yield from out("folded", payload.concat(pending))
+    del pending
     payload.release_memory()  # the worker is reused for the batch's next task
 
 
