@@ -108,7 +108,7 @@ fuzz: install ## fuzz every dialect's decoding, then the apply step, for FUZZ_SE
 	$(BIN)/python fuzz/decode.py --dialect all --seconds $(FUZZ_SECONDS)
 	$(BIN)/python fuzz/apply.py --seconds $(FUZZ_SECONDS)
 
-bench: install ## the benchmarks of benchmarks/LOG.md (about 80 minutes); results in bench-out/*/result.json
+bench: install ## the benchmarks of benchmarks/LOG.md (about 100 minutes); results in bench-out/*/result.json
 	$(BIN)/python -m compileall -q replicator jobs  # as installed: the bytecode of the current sources
 	$(BIN)/python benchmarks/throughput.py
 	$(BIN)/python benchmarks/throughput.py --events 5000000 --keys 500000 --per-file 50000 --files-per-trigger 10 --workdir bench-out/throughput-5m
@@ -118,6 +118,12 @@ bench: install ## the benchmarks of benchmarks/LOG.md (about 80 minutes); result
 	$(BIN)/python benchmarks/uniform.py
 	$(BIN)/python benchmarks/uniform_apply.py --lake bench-out/uniform/lake/shop/accounts
 	$(BIN)/python benchmarks/cluster_cpu.py
+	@# issue 54 item 5: light messages, the submitted driver with replicator's settings, then with the class archive's
+	$(BIN)/python benchmarks/cluster_cpu.py --light --properties-file conf/spark-defaults.conf --workdir bench-out/cluster_cpu-light
+	$(BIN)/python benchmarks/cluster_cpu.py --light --properties-file $(VENV)/share/replicator/spark-submit.conf --workdir bench-out/cluster_cpu-light-archive
+	$(BIN)/python benchmarks/cluster_cpu.py --trivial --properties-file $(VENV)/share/replicator/spark-submit.conf --workdir bench-out/cluster_cpu-trivial
+	$(BIN)/python benchmarks/cluster_cpu.py --workers 1 --cores 1 --properties-file $(VENV)/share/replicator/spark-submit.conf --workdir bench-out/cluster_cpu-1x1
+	$(BIN)/python benchmarks/cluster_cpu.py --workers 2 --cores 1 --properties-file $(VENV)/share/replicator/spark-submit.conf --workdir bench-out/cluster_cpu-2x1
 	$(BIN)/python benchmarks/cluster_cpu.py --workdir bench-out/cluster_cpu-driver-options "--driver-java-options=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1" --conf spark.sql.codegen.wholeStage=false
 	$(BIN)/python benchmarks/cluster_cpu.py --workdir bench-out/cluster_cpu-class-archive "--driver-java-options=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1" --conf spark.sql.codegen.wholeStage=false --class-archive
 	$(BIN)/python benchmarks/cluster_cpu.py --workdir bench-out/cluster_cpu-daemon "--driver-java-options=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1" --conf spark.sql.codegen.wholeStage=false --conf spark.python.daemon.module=replicator.worker_daemon --class-archive
@@ -126,7 +132,9 @@ bench: install ## the benchmarks of benchmarks/LOG.md (about 80 minutes); result
 	$(BIN)/python benchmarks/deletion_vectors.py
 	$(BIN)/python benchmarks/many_tables.py
 	$(BIN)/python benchmarks/thousand_tables.py
+	$(BIN)/python benchmarks/thousand_tables.py --tables 10000 --events 1000000 --only many --workdir bench-out/ten-thousand-tables
 	$(BIN)/python benchmarks/latency.py
+	$(BIN)/python benchmarks/latency.py --rate 10000 --tables 100 --workdir bench-out/latency-100-tables
 	$(BIN)/python benchmarks/kafka_throughput.py
 	$(BIN)/python benchmarks/kafka_latency.py
 	$(BIN)/python benchmarks/memory.py
