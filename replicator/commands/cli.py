@@ -770,8 +770,15 @@ def _shut_down() -> None:
             sources.close_kafka_clients()
     pyspark = sys.modules.get("pyspark")
     if pyspark is not None:
+        import logging
+
         from pyspark import SparkContext
 
+        # The JVM goes away below: a py4j call still under way in another thread (py4j's finalizer
+        # releasing a Java object) fails on the reset connection, which py4j reports through the root
+        # logger (``logging.exception``, which first adds a stderr handler when the root has none). None of
+        # that is the run's: the root gets a handler that drops it.
+        logging.getLogger().addHandler(logging.NullHandler())
         context = SparkContext._active_spark_context
         if context is not None:
             with contextlib.suppress(Exception):
