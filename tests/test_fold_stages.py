@@ -292,8 +292,8 @@ def test_map_without_keeps_the_other_entries_in_order(rows, start, names):
 
 def test_a_fold_task_sends_many_tables_net_changes_together(monkeypatch, tmp_path) -> None:
     """A fold task (``fold_buckets``, in this process as a Python worker runs it) sends the untyped net
-    changes of many tables together, a file per ``FOLDED_ROWS`` of them (a file per table cost ~8 ms a
-    table), and the driver's split of them by table (``_by_table``) keeps what one fold keeps."""
+    changes of many tables together, a file per ``FOLDED_ROWS`` of them (not a file per table), and the
+    driver's split of them by table (``_by_table``) keeps what one fold keeps."""
     from replicator import payload
     from replicator.fold import FOLDED_ROWS, _by_table, fold_buckets
 

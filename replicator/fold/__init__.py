@@ -128,8 +128,8 @@ def fold_buckets(plan: FoldPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
     their table's identity (written to the batch's folder when it has one).
 
     The untyped net changes of many tables go out together, a file (or payload row) per ``FOLDED_ROWS``
-    of them: a file per table cost ~8 ms a table between this task and the driver's reading it (a 1M-event
-    batch over 10,000 tables spent 87 s in its fold, measured)."""
+    of them, not a file per table (measured: 100,000 events over 1,000 tables, the fold 2.7-3.0 -> 1.9 s;
+    over 10,000 tables, 87 -> 79 s, the rest the fold's own per-table work)."""
     payload.freeze_heap()
 
     def out(kind: str, net: pa.Table) -> Iterator[pa.RecordBatch]:
