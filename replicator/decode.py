@@ -285,29 +285,23 @@ def compact_groups(parts: list[pa.Table]) -> list[pa.Table]:
     """A task's :func:`group_counts` parts summed into one (a row per table, op, ok and key names): each
     slice of 10,000 events adds a row per table in it, and a task over many tables would hand the driver
     every slice's."""
-    if len(parts) < 2:
-        return parts
     keys = ["database", "schema", "table", "op", "ok", "pk"]
-    summed = (
-        payload.concat(parts)
-        .group_by(keys, use_threads=False)
-        .aggregate([("first_sum", "sum"), ("first_count", "sum")])
-    )
-    return [summed.rename_columns([*keys, "first_sum", "first_count"])]
+    return _compacted(parts, keys, [("first_sum", "sum"), ("first_count", "sum")])
 
 
 def compact_types(parts: list[pa.Table]) -> list[pa.Table]:
     """A task's :func:`type_counts` parts as one (a row per table and type map, its first and last seq):
     what :func:`merge_types` reads of them, a row per table and slice fewer."""
+    keys = ["database", "schema", "table", "type_key"]
+    return _compacted(parts, keys, [("seq_text_min", "min"), ("seq_text_max", "max")])
+
+
+def _compacted(parts: list[pa.Table], keys: list[str], aggregates: list[tuple[str, str]]) -> list[pa.Table]:
+    """Parts as one table, a row per ``keys``, each column of ``aggregates`` aggregated under its name."""
     if len(parts) < 2:
         return parts
-    names = ["database", "schema", "table", "type_key"]
-    spans = (
-        payload.concat(parts)
-        .group_by(names, use_threads=False)
-        .aggregate([("seq_text_min", "min"), ("seq_text_max", "max")])
-    )
-    return [spans.rename_columns([*names, "seq_text_min", "seq_text_max"])]
+    done = payload.concat(parts).group_by(keys, use_threads=False).aggregate(aggregates)
+    return [done.rename_columns([*keys, *(column for column, _how in aggregates)])]
 
 
 # Slices' small results a task keeps before it compacts them (compact_groups, compact_types).

@@ -15,34 +15,18 @@ import pytest
 from replicator import decode, payload
 from replicator.decode import DecodePlan, decode_partition
 from replicator.dialects.base import DecodeOptions
+from tests.helpers import canal, order
 
 TABLES = 50
 
 
 def messages(path: Path, count: int, tables: int = TABLES) -> Path:
     """canal-json INSERTs spread round-robin over ``tables`` tables, a row each."""
-    lines = []
-    for n in range(count):
-        lines.append(
-            json.dumps(
-                {
-                    "data": [{"id": str(n), "name": f"n{n}"}],
-                    "database": "shop",
-                    "es": 1_700_000_000_000 + n,
-                    "id": n,
-                    "isDdl": False,
-                    "mysqlType": {"id": "bigint(20)", "name": "varchar(20)"},
-                    "old": None,
-                    "pkNames": ["id"],
-                    "sql": "",
-                    "sqlType": {"id": -5, "name": 12},
-                    "table": f"t{n % tables:04d}",
-                    "ts": 1_700_000_000_000 + n,
-                    "type": "INSERT",
-                }
-            )
-        )
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    rows = (
+        canal("INSERT", [order(n, name=f"n{n}")], es=1_700_000_000_000 + n, table=f"t{n % tables:04d}")
+        for n in range(count)
+    )
+    path.write_text("".join(json.dumps(m) + "\n" for m in rows), encoding="utf-8")
     return path
 
 
