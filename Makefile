@@ -96,7 +96,7 @@ reference: install ## write docs/reference/job-file.md from the job file's model
 
 soak: install ## long randomized runs: many hypothesis examples through the real engine (not in `make test`)
 	@# New random examples each run; the seed is printed (first and last): HYPOTHESIS_SEED=N repeats a run.
-	HYPOTHESIS_PROFILE=soak HYPOTHESIS_SEED=$(HYPOTHESIS_SEED) REPLICATOR_EXIT_RUNS=20 $(BIN)/python -m pytest -q --timeout 7200 \
+	HYPOTHESIS_PROFILE=soak HYPOTHESIS_SEED=$(HYPOTHESIS_SEED) REPLICATOR_EXIT_RUNS=20 $(BIN)/python -m pytest -q --timeout 7200 -o faulthandler_timeout=0 \
 	  tests/test_properties.py tests/test_bad_input.py tests/test_crash.py tests/hostile/test_engine_properties.py tests/test_clean_exit.py
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 
