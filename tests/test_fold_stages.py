@@ -252,8 +252,12 @@ def same_keys(draw):
 def test_map_values_reads_same_key_images_as_map_lookup_does(rows, start, chunks):
     """The usual images (one key list in one order) are read by position (model._uniform_layout), and give
     what ``map_lookup(..., "first")`` gives, NULL and empty maps, a repeated key, slices and chunks included;
-    an image that differs anywhere sends the array the general way, with the same result."""
-    maps = pa.array([None] * start + rows, pa.map_(pa.string(), pa.string())).slice(start)
+    an image that differs anywhere sends the array the general way, with the same result. The slice has
+    neighbours in its buffers (another table's images, as a table's slice of a batch sorted by table has),
+    whose entries are not its own."""
+    neighbour = [("other", "x"), ("id", "n")]
+    whole = pa.array([neighbour] * start + rows + [neighbour] * start, pa.map_(pa.string(), pa.string()))
+    maps = whole.slice(start, len(rows))
     cut = [len(rows) * i // chunks for i in range(chunks + 1)]
     chunked = pa.chunked_array([maps.slice(a, b - a) for a, b in itertools.pairwise(cut)], maps.type)
     names = ["id", "name", "é", "", "ab", "ba", "nom", "absent"]
