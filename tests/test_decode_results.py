@@ -15,7 +15,7 @@ import pytest
 from replicator import decode, payload
 from replicator.decode import DecodePlan, decode_partition
 from replicator.dialects.base import DecodeOptions
-from tests.helpers import canal, order
+from tests.helpers import ORDER_TYPES, canal, order
 
 TABLES = 50
 
@@ -89,3 +89,32 @@ def test_change_log_files_hold_every_event_in_few_row_groups(tmp_path, tables):
             assert (meta.num_row_groups, codec) == (2, "ZSTD")
         else:  # 40 events a table: one flush at the task's end
             assert (meta.num_row_groups, codec) == (1, "SNAPPY")
+
+
+def test_a_type_map_that_changes_between_a_tasks_slices_is_read_anew(tmp_path):
+    """The task's slices share one decoder (its per-table caches: a table's type map parsed once while it
+    does not change): a table altered between two slices, and back, has each event typed by its own
+    message's map."""
+    wide = {**ORDER_TYPES, "name": "varchar(255)"}
+
+    def types(n: int) -> dict[str, str]:  # slices of 10,000: the first and third the old map
+        return wide if 10_000 <= n < 20_000 else ORDER_TYPES
+
+    rows = (
+        canal("INSERT", [order(n, name=f"n{n}")], es=1_700_000_000_000 + n, table="t", types=types(n))
+        for n in range(25_000)
+    )
+    file = tmp_path / "m.jsonl"
+    file.write_text("".join(json.dumps(m) + "\n" for m in rows), encoding="utf-8")
+    got = results(run_task(tmp_path, "task", file))
+
+    def es(seq_text: str) -> int:
+        return int(seq_text.split(".")[0]) - 1_700_000_000_000
+
+    spans = {
+        r["type_key"].split("\x1e")[1]: (es(r["seq_text_min"]), es(r["seq_text_max"])) for r in got["types"]
+    }
+    assert spans == {
+        "int(11)\x1fvarchar(64)\x1fdecimal(10,2)\x1fdatetime(3)": (0, 24_999),
+        "int(11)\x1fvarchar(255)\x1fdecimal(10,2)\x1fdatetime(3)": (10_000, 19_999),
+    }

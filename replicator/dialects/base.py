@@ -396,14 +396,18 @@ def decode(
     batch_id: int = 0,
     sort_keys: bool = False,
     seq_text: bool = True,
+    decoder: Decoder | None = None,
 ) -> pa.Table:
     """Raw records (raw, source, partition, offset) -> decoded events and error rows, in one process.
 
     ``sort_keys`` adds the engine's derived columns ``seq_text`` (unless not ``seq_text``: the decode
-    tasks leave it to the fold) and ``type_key`` (computed where the decoding runs, in parallel)."""
+    tasks leave it to the fold) and ``type_key`` (computed where the decoding runs, in parallel).
+    ``decoder``: one already made for ``dialect`` and ``options``, whose per-table caches (a table's type
+    map, parsed once while it does not change) carry over from the slices it decoded before."""
     with gc_paused():
         options = options or DecodeOptions()
-        events = Decoder(dialect, options).records(record_tuples(records), batch_id)
+        decoder = decoder or Decoder(dialect, options)
+        events = decoder.records(record_tuples(records), batch_id)
         table = guard(events.to_arrow(), records, options)
         if sort_keys:
             from replicator.dialects.events import seq_texts
