@@ -6,6 +6,7 @@ buffer failed at 512 MB on a 1M-event task over 10,000 tables)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,10 +21,22 @@ from tests.helpers import ORDER_TYPES, canal, order
 TABLES = 50
 
 
-def messages(path: Path, count: int, tables: int = TABLES) -> Path:
-    """canal-json INSERTs spread round-robin over ``tables`` tables, a row each."""
+def messages(
+    path: Path,
+    count: int,
+    tables: int = TABLES,
+    types: Callable[[int], dict[str, str]] = lambda _n: ORDER_TYPES,
+) -> Path:
+    """canal-json INSERTs spread round-robin over ``tables`` tables, a row each; message ``n`` with the
+    type map ``types(n)``."""
     rows = (
-        canal("INSERT", [order(n, name=f"n{n}")], es=1_700_000_000_000 + n, table=f"t{n % tables:04d}")
+        canal(
+            "INSERT",
+            [order(n, name=f"n{n}")],
+            es=1_700_000_000_000 + n,
+            table=f"t{n % tables:04d}",
+            types=types(n),
+        )
         for n in range(count)
     )
     path.write_text("".join(json.dumps(m) + "\n" for m in rows), encoding="utf-8")
@@ -100,12 +113,7 @@ def test_a_type_map_that_changes_between_a_tasks_slices_is_read_anew(tmp_path):
     def types(n: int) -> dict[str, str]:  # slices of 10,000: the first and third the old map
         return wide if 10_000 <= n < 20_000 else ORDER_TYPES
 
-    rows = (
-        canal("INSERT", [order(n, name=f"n{n}")], es=1_700_000_000_000 + n, table="t", types=types(n))
-        for n in range(25_000)
-    )
-    file = tmp_path / "m.jsonl"
-    file.write_text("".join(json.dumps(m) + "\n" for m in rows), encoding="utf-8")
+    file = messages(tmp_path / "m.jsonl", 25_000, tables=1, types=types)
     got = results(run_task(tmp_path, "task", file))
 
     def es(seq_text: str) -> int:
